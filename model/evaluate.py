@@ -1,0 +1,46 @@
+"""One call that runs start-up, lookup, load plan and invariants on a scenario."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from model.invariants import Violation, check_all
+from model.layout import Layout, Refused, check_request, resolve_layout
+from model.load_plan import GroupLoad, load_plan
+from model.lookup import LookupResult, get_num_new_matched_tokens
+from model.scenario import Scenario
+from model.semantics import Semantics, get_semantics
+
+
+@dataclass(frozen=True)
+class Outcome:
+    semantics: str
+    refused: str | None  # the release refuses the scenario (names the vLLM check)
+    hit_tokens: int | None  # None: deferred (or refused)
+    loads: tuple[GroupLoad, ...]
+    violations: tuple[Violation, ...]
+    lookups: tuple[tuple[int, int], ...] = ()
+    lookup: LookupResult | None = None
+    layout: Layout | None = None
+    assertion: str | None = None  # a vLLM assertion the load would trip
+
+
+def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True) -> Outcome:
+    """Evaluate ``s`` under ``semantics`` (default: the scenario's own).
+
+    With ``enforce`` (the default) a scenario the release would refuse, or a request a
+    real engine cannot produce, gives ``refused``; without it the model runs anyway, so
+    that a counterexample found with a precondition dropped can still be replayed.
+    """
+    sem: Semantics = get_semantics(semantics or s.semantics)
+    try:
+        layout = resolve_layout(s, sem)  # start-up checks always hold: no layout otherwise
+        if enforce:
+            check_request(s, sem.base_version)
+    except Refused as e:
+        return Outcome(sem.name, str(e), None, (), ())
+    res = get_num_new_matched_tokens(layout, s, sem)
+    plan = load_plan(layout, s, res.num_hit_tokens)
+    violations = check_all(s, layout, res.num_hit_tokens, plan)
+    return Outcome(sem.name, None, res.num_hit_tokens, plan.loads, tuple(violations),
+                   res.lookups, res, layout, plan.assertion)

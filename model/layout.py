@@ -1,0 +1,176 @@
+"""Start-up: the per-group offload configuration and the checks a release runs on it.
+
+Mirrors ``SchedulerOffloadConfig.from_spec`` / ``OffloadingConnectorScheduler.__init__``
+(scheduler.py) and ``OffloadingSpec.__init__`` (v1/kv_offload/base.py), and the
+``hash_block_size`` resolution in ``resolve_kv_cache_block_sizes`` (v1/core/kv_cache_utils.py).
+A layout the named release refuses at start-up raises ``Refused``, naming the vLLM check.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from model.citations import cite
+from model.scenario import Scenario, ScenarioError
+from model.semantics import Semantics
+
+
+class Refused(Exception):
+    """The named vLLM release would refuse this scenario; ``str()`` is one line."""
+
+    def __init__(self, check: str, message: str) -> None:
+        super().__init__(f"refused by {check}: {message}")
+        self.check = check
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def round_down(a: int, b: int) -> int:
+    return a // b * b
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """One group's offload configuration (``GroupOffloadConfig`` in scheduler.py)."""
+
+    group_idx: int
+    kind: str
+    gpu_block_size: int
+    offloaded_block_size: int
+    hash_block_size_factor: int
+    # None means full attention; Mamba groups use a window of one block
+    sliding_window_size_in_blocks: int | None
+    is_eagle_group: bool
+
+
+@dataclass(frozen=True)
+class Layout:
+    groups: tuple[GroupConfig, ...]
+    block_size_factor: int
+    hash_block_size: int
+    sliding_window_groups: tuple[int, ...]
+    lookup_groups: tuple[int, ...]
+    # the size max_hit_size_tokens (or num_hit_tokens) is rounded down to; None: no rounding
+    mamba_align_size: int | None
+
+
+def resolve_hash_block_size(s: Scenario, version: str) -> int:
+    """``resolve_kv_cache_block_sizes``' hash block size, for a connector-enabled engine."""
+    sizes = [g.gpu_block_size for g in s.groups]
+    # the engine sets cache_config.block_size to the smallest group block size
+    cache_block_size = min(sizes)  # v1/engine/core.py:309
+    if len(sizes) <= 1:  # kv_cache_utils.py:630 (single group: the block size itself)
+        return cache_block_size
+    # kv_cache_utils.py:655: a Mamba group whose block size differs from the cache block
+    # size backs the hash block size off to the scheduler block size (the lcm)
+    if any(g.kind == "mamba" and g.gpu_block_size != cache_block_size for g in s.groups):
+        return math.lcm(*sizes)
+    # kv_cache_utils.py:662: the cache_config override, else the gcd of the block sizes
+    hash_block_size = s.hash_block_size if s.hash_block_size is not None else math.gcd(*sizes)
+    if any(bs % hash_block_size for bs in sizes):  # kv_cache_utils.py:665
+        raise Refused(
+            cite(version, "hash_invalid"),
+            f"hash_block_size {hash_block_size} does not divide every group block size {sizes}",
+        )
+    return hash_block_size
+
+
+def _window_in_blocks(kind: str, window: int | None, offloaded_block_size: int) -> int | None:
+    # get_sliding_window_size_in_blocks (scheduler.py:93)
+    if kind == "sliding_window":
+        assert window is not None and window > 0  # scheduler.py:97 (the parser refuses 0)
+        return cdiv(window, offloaded_block_size)  # scheduler.py:98
+    if kind == "mamba":
+        return 1  # scheduler.py:102: Mamba depends on a single state
+    return None
+
+
+def _mamba_align_size(s: Scenario, sem: Semantics) -> int | None:
+    align_groups = [
+        g for g in s.groups if g.kind == "mamba" and g.mamba_cache_mode == "align"
+    ]
+    if sem.align_at == "none" or not align_groups:
+        return None
+    if sem.align_from == "cache_config":
+        if s.mamba_block_size is None:
+            raise ScenarioError(
+                f"mamba_block_size: required by semantics {sem.name} when a Mamba align "
+                "group is present"
+            )
+        return s.mamba_block_size
+    # resolve_mamba_align_size (scheduler.py:108): every align group's offloaded size
+    sizes = {g.gpu_block_size * s.block_size_factor for g in align_groups}
+    if sem.align_assert and len(sizes) > 1:
+        raise Refused(
+            cite(sem.base_version, "mamba_align_assert"),
+            f"Mamba align groups disagree on the offloaded block size {sorted(sizes)}",
+        )
+    return max(sizes) if not sem.align_assert else sizes.pop()
+
+
+def resolve_layout(s: Scenario, sem: Semantics) -> Layout:
+    """Build the layout the release's start-up code builds, or raise ``Refused``."""
+    version = sem.base_version
+    hash_block_size = resolve_hash_block_size(s, version)
+    for g in s.groups:  # base.py:493
+        if g.gpu_block_size % hash_block_size:
+            raise Refused(
+                cite(version, "hash_divides"),
+                f"gpu_block_size {g.gpu_block_size} is not divisible by hash_block_size "
+                f"{hash_block_size}",
+            )
+    if s.block_size_factor != 1 and len({g.gpu_block_size for g in s.groups}) != 1:
+        # base.py:507: an offloaded 'block_size' needs one GPU block size for all groups
+        raise Refused(
+            cite(version, "same_block_size"),
+            "block_size_factor != 1 needs every group to have the same gpu_block_size",
+        )
+    factor = s.block_size_factor
+    groups = []
+    for i, g in enumerate(s.groups):
+        obs = g.gpu_block_size * factor
+        groups.append(
+            GroupConfig(
+                group_idx=i,
+                kind=g.kind,
+                gpu_block_size=g.gpu_block_size,
+                offloaded_block_size=obs,
+                hash_block_size_factor=obs // hash_block_size,
+                sliding_window_size_in_blocks=_window_in_blocks(g.kind, g.sliding_window, obs),
+                # 0.23.0 has no EAGLE handling in the offloading scheduler
+                is_eagle_group=g.eagle and sem.eagle,
+            )
+        )
+    full = [c.group_idx for c in groups if c.sliding_window_size_in_blocks is None]
+    windowed = [c.group_idx for c in groups if c.sliding_window_size_in_blocks is not None]
+    # scheduler.py:342: sliding-window groups by window size, largest first (stable sort)
+    windowed.sort(key=lambda i: groups[i].sliding_window_size_in_blocks or 0, reverse=True)
+    return Layout(
+        groups=tuple(groups),
+        block_size_factor=factor,
+        hash_block_size=hash_block_size,
+        sliding_window_groups=tuple(windowed),
+        lookup_groups=tuple(full) + tuple(windowed),  # scheduler.py:346
+        mamba_align_size=_mamba_align_size(s, sem),
+    )
+
+
+def check_request(s: Scenario, version: str) -> None:
+    """Refuse requests a real engine cannot produce (the GPU prefix hit's shape)."""
+    sizes = [g.gpu_block_size for g in s.groups]
+    scheduler_block_size = math.lcm(*sizes)
+    if s.num_computed_tokens % scheduler_block_size:
+        raise Refused(
+            cite(version, "hash_lcm"),
+            f"num_computed_tokens {s.num_computed_tokens} is not a multiple of the scheduler "
+            f"block size {scheduler_block_size}: GPU prefix-cache hits are aligned to it",
+        )
+    if s.num_computed_tokens >= s.prompt_tokens:
+        raise Refused(
+            cite(version, "gpu_hit_cap"),
+            f"num_computed_tokens {s.num_computed_tokens} must be < prompt_tokens "
+            f"{s.prompt_tokens}: the GPU prefix hit always leaves the last prompt token",
+        )

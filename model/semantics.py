@@ -1,0 +1,68 @@
+"""The named semantics the model covers.
+
+Two are real releases (each checked against that release's code by ``sim.crosscheck``);
+two are the alternatives weighed in the review of vLLM PR #44599.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+AlignAt = Literal["none", "max_hit", "num_hit"]
+AlignFrom = Literal["groups", "cache_config"]
+
+
+@dataclass(frozen=True)
+class Semantics:
+    name: str
+    # the release whose code (and line numbers) the steps follow
+    base_version: str
+    # where the Mamba alignment is applied: nowhere (0.23.0), to max_hit_size_tokens
+    # before the loop (0.24.0, scheduler.py:470), or to num_hit_tokens after it
+    align_at: AlignAt
+    # where the alignment size comes from: the KV-cache groups (resolve_mamba_align_size,
+    # scheduler.py:108) or cache_config.mamba_block_size (the scenario's mamba_block_size)
+    align_from: AlignFrom
+    # 0.24.0 additions beside the fix
+    eagle: bool  # EAGLE groups look up and pop one extra block (scheduler.py:515-554)
+    skip_reading_check: bool  # request.skip_reading_prefix_cache gives 0 (scheduler.py:673)
+    in_flight_check: bool  # in-flight transfers defer the request (scheduler.py:662)
+    align_assert: bool  # Mamba align groups must agree on the size (scheduler.py:121)
+    summary: str
+
+
+SEMANTICS: dict[str, Semantics] = {
+    s.name: s
+    for s in (
+        Semantics(
+            "vllm-0.23.0", "0.23.0", "none", "groups", False, False, False, False,
+            "vLLM 0.23.0, the last release before PR #44599: no Mamba alignment.",
+        ),
+        Semantics(
+            "vllm-0.24.0", "0.24.0", "max_hit", "groups", True, True, True, True,
+            "vLLM 0.24.0, the first release with PR #44599: max_hit_size_tokens is rounded "
+            "down to the Mamba offloaded block size found by scanning the KV-cache groups.",
+        ),
+        Semantics(
+            "alt-round-num-hit", "0.24.0", "num_hit", "groups", True, True, True, True,
+            "Review alternative: round num_hit_tokens (tokens beyond the GPU hit) down to "
+            "the Mamba offloaded block size after the loop, instead of max_hit_size_tokens.",
+        ),
+        Semantics(
+            "alt-cache-config-block-size", "0.24.0", "max_hit", "cache_config", True, True,
+            True, False,
+            "Review alternative: round max_hit_size_tokens down to "
+            "cache_config.mamba_block_size (scenario field mamba_block_size, possibly stale) "
+            "instead of the size found by scanning the KV-cache groups.",
+        ),
+    )
+}
+
+
+def get_semantics(name: str) -> Semantics:
+    try:
+        return SEMANTICS[name]
+    except KeyError:
+        known = ", ".join(SEMANTICS)
+        raise ValueError(f"semantics: unknown name {name!r} (known: {known})") from None
