@@ -1,0 +1,191 @@
+"""The reference model on the cases the mission names, bad input and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from model.evaluate import evaluate
+from model.scenario import ScenarioError, parse_scenario, scenario_to_json
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def mamba(prompt: int, semantics: str, mode: str = "align", **kw: Any) -> dict[str, Any]:
+    return {"semantics": semantics, "block_size_factor": 1, "prompt_tokens": prompt,
+            "num_computed_tokens": 0, **kw,
+            "groups": [{"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": mode,
+                        "stored": "all"}]}
+
+
+def violated(o: Any) -> set[str]:
+    return {v.invariant for v in o.violations}
+
+
+@pytest.mark.parametrize(("prompt", "semantics", "hit", "bad"), [
+    (32, "vllm-0.23.0", 31, {"no-partial-state"}),
+    (32, "vllm-0.24.0", 16, set()),
+    (33, "vllm-0.23.0", 32, set()),
+    (33, "vllm-0.24.0", 32, set()),
+])
+def test_seed_cases(prompt: int, semantics: str, hit: int, bad: set[str]) -> None:
+    o = evaluate(parse_scenario(mamba(prompt, semantics)))
+    assert o.hit_tokens == hit
+    assert violated(o) == bad
+
+
+def test_seed_load_brings_state_at_32() -> None:
+    o = evaluate(parse_scenario(mamba(32, "vllm-0.23.0")))
+    assert [(ld.blocks, ld.state_position) for ld in o.loads] == [((1,), 32)]
+
+
+def test_mamba_all_mode_breaks_on_0_24_0() -> None:
+    # vLLM issue #51094 (fixed upstream in 0.28.0): the fix only rounds for align mode
+    o = evaluate(parse_scenario(mamba(32, "vllm-0.24.0", mode="all")))
+    assert o.hit_tokens == 31
+    assert "no-partial-state" in violated(o)
+
+
+def test_alt_round_num_hit_breaks_with_unaligned_gpu_hit() -> None:
+    raw = mamba(64, "alt-round-num-hit", block_size_factor=2, num_computed_tokens=16)
+    o = evaluate(parse_scenario(raw))
+    assert o.hit_tokens == 32 and "no-partial-state" in violated(o)
+    assert not violated(evaluate(parse_scenario(raw), "vllm-0.24.0"))
+
+
+def test_alt_cache_config_stale_block_size() -> None:
+    raw = mamba(64, "alt-cache-config-block-size", block_size_factor=2, mamba_block_size=16)
+    o = evaluate(parse_scenario(raw))
+    assert o.hit_tokens == 48 and "no-partial-state" in violated(o)
+
+
+def test_deferred_and_being_loaded() -> None:
+    raw = mamba(48, "vllm-0.24.0")
+    raw["groups"][0]["deferred"] = [1]
+    assert evaluate(parse_scenario(raw)).hit_tokens is None
+    raw["groups"][0]["deferred"] = []
+    raw["groups"][0]["being_loaded"] = [1]
+    assert evaluate(parse_scenario(raw)).hit_tokens is None
+    raw["enable_prefix_caching"] = False  # vLLM tracks loads only with prefix caching
+    assert evaluate(parse_scenario(raw)).hit_tokens == 32
+
+
+def test_skip_reading_and_in_flight_are_0_24_0_only() -> None:
+    raw = mamba(48, "vllm-0.24.0", skip_reading_prefix_cache=True)
+    assert evaluate(parse_scenario(raw)).hit_tokens == 0
+    assert evaluate(parse_scenario(raw), "vllm-0.23.0").hit_tokens == 47
+    raw = mamba(48, "vllm-0.24.0", in_flight_transfers=True)
+    assert evaluate(parse_scenario(raw)).hit_tokens is None
+    assert evaluate(parse_scenario(raw), "vllm-0.23.0").hit_tokens == 47
+
+
+def test_eagle_sliding_window_pops_a_block() -> None:
+    raw = {"semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 64,
+           "num_computed_tokens": 0,
+           "groups": [{"kind": "full_attention", "gpu_block_size": 16, "stored": "all"},
+                      {"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 16,
+                       "eagle": True, "stored": "all"}]}
+    assert evaluate(parse_scenario(raw)).hit_tokens == 48
+    assert evaluate(parse_scenario(raw), "vllm-0.23.0").hit_tokens == 63
+
+
+def test_convergence_reruns_sliding_windows() -> None:
+    # two window groups whose acceptable ends interleave: the loop ping-pongs down
+    raw = {"semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 161,
+           "num_computed_tokens": 0,
+           "groups": [{"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 32,
+                       "stored": [0, 1, 3, 4, 6, 7, 8, 9]},
+                      {"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 32,
+                       "stored": [2, 3, 5, 6, 8]}]}
+    o = evaluate(parse_scenario(raw))
+    assert o.lookup is not None and o.lookup.passes == 3
+    assert [st.max_hit_after for st in o.lookup.steps] == [160, 112, 80, 64, 32, 32]
+    assert o.hit_tokens == 0
+
+
+@pytest.mark.parametrize(("patch", "field"), [
+    ({"semantics": "vllm-9"}, "semantics"),
+    ({"prompt_tokens": 0}, "prompt_tokens"),
+    ({"prompt_tokens": "32"}, "prompt_tokens"),
+    ({"groups": []}, "groups"),
+    ({"colour": 1}, "colour"),
+])
+def test_bad_input_names_field(patch: dict[str, Any], field: str) -> None:
+    raw = mamba(32, "vllm-0.24.0")
+    raw.update(patch)
+    with pytest.raises(ScenarioError, match=f"^{field}"):
+        parse_scenario(raw)
+
+
+def test_bad_group_fields() -> None:
+    raw = mamba(32, "vllm-0.24.0")
+    raw["groups"] = [{"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 0,
+                      "stored": "all"}]
+    with pytest.raises(ScenarioError, match=r"^groups\[0\]\.sliding_window"):
+        parse_scenario(raw)
+    raw["groups"] = [{"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "x",
+                      "stored": "all"}]
+    with pytest.raises(ScenarioError, match=r"^groups\[0\]\.mamba_cache_mode"):
+        parse_scenario(raw)
+
+
+def test_refused_layouts() -> None:
+    raw = mamba(64, "vllm-0.24.0")
+    raw["groups"].append({"kind": "mamba", "gpu_block_size": 32, "mamba_cache_mode": "align",
+                          "stored": "all"})
+    o = evaluate(parse_scenario(raw))
+    # a Mamba group off the cache block size backs the hash size off to the lcm (32)
+    assert o.refused and "base.py:493" in o.refused
+    raw = mamba(64, "vllm-0.24.0", block_size_factor=2)
+    raw["groups"].append({"kind": "full_attention", "gpu_block_size": 8, "stored": "all"})
+    o = evaluate(parse_scenario(raw))
+    assert o.refused and "base.py" in o.refused
+    raw = mamba(64, "vllm-0.24.0", num_computed_tokens=8)
+    assert evaluate(parse_scenario(raw)).refused
+    assert evaluate(parse_scenario(raw), enforce=False).refused is None
+
+
+def test_json_round_trip() -> None:
+    raw = mamba(40, "vllm-0.24.0", in_flight_transfers=True, mamba_block_size=16)
+    raw["groups"].append({"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 20,
+                          "eagle": True, "stored": [0, 2], "deferred": [1],
+                          "being_loaded": [2]})
+    s = parse_scenario(raw)
+    assert parse_scenario(json.loads(json.dumps(scenario_to_json(s)))) == s
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "model", *args], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+
+
+def test_cli_exit_codes_and_json(tmp_path: Path) -> None:
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(mamba(33, "vllm-0.23.0")))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    seed = ROOT / "tests/scenarios/seed-boundary-32.json"
+    assert run_cli("lookup", str(good)).returncode == 0
+    r = run_cli("lookup", str(seed), "--json")
+    assert r.returncode == 1
+    line = json.loads(r.stdout)
+    assert line["hit_tokens"] == 31 and line["violations"][0]["invariant"] == "no-partial-state"
+    r = run_cli("lookup", str(good), str(bad), "--json")
+    assert r.returncode == 2
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert lines[0]["hit_tokens"] == 32 and "error" in lines[1]
+    assert "Traceback" not in r.stderr
+    r = run_cli("lookup", str(seed), "--explain")
+    assert "VIOLATION no-partial-state" in r.stdout and "state at token 32" in r.stdout
+
+
+def test_cli_directory(tmp_path: Path) -> None:
+    for n in (32, 33):
+        (tmp_path / f"{n}.json").write_text(json.dumps(mamba(n, "vllm-0.24.0")))
+    r = run_cli("lookup", str(tmp_path), "--json")
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 2
