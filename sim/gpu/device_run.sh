@@ -1,0 +1,41 @@
+#!/bin/bash
+# One vLLM version's whole sweep on the GPU host, every case in parallel on the one GPU.
+#   bash sim/gpu/device_run.sh VERSION CASE...     CASE = MODEL:MODE:MAMBA_CACHE_MODE
+#   e.g. bash sim/gpu/device_run.sh 0.24.0 mamba:stock:align mamba:fix-disabled:align
+# Needs .vllm-bundle/vllm-VERSION (bash ../shared/vllm-offline/build.sh VERSION .vllm-bundle)
+# and $OUT (a folder); writes $OUT/vllm-VERSION-MODEL-MODE[-all].json and $OUT/run-VERSION.log.
+# The GPU KV cache is sized by kv_cache_memory_bytes (driver --kv-bytes) so that the
+# parallel engines skip vLLM's device-wide memory profiling.
+set -u
+V=${1:?usage: device_run.sh VERSION CASE...}
+shift
+[ $# -gt 0 ] || { echo "error: no CASE given" >&2; exit 2; }
+[ -d ".vllm-bundle/vllm-$V" ] || { echo "error: .vllm-bundle/vllm-$V is missing" >&2; exit 2; }
+OUT=${OUT:?set OUT}
+LOG=$OUT/run-$V.log
+T0=$(date +%s)
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv >"$LOG" 2>&1
+# shellcheck disable=SC1090
+source ".vllm-bundle/vllm-$V/install.sh" /tmp/vllm-site >>"$LOG" 2>&1 \
+  || { echo "error: install failed"; tail -n 20 "$LOG"; exit 1; }
+echo "install: $(( $(date +%s) - T0 )) s" | tee -a "$LOG"
+export VLLM_ENABLE_V1_MULTIPROCESSING=0 PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0
+pids=()
+for c in "$@"; do
+  IFS=: read -r model mode cm <<<"$c"
+  name=vllm-$V-$model-$mode
+  [ "$cm" = align ] || name=$name-$cm
+  timeout "${CASE_TIMEOUT:-420}" python3 sim/gpu/driver.py --model "$model" --mode "$mode" \
+    --mamba-cache-mode "$cm" --out "$OUT/$name.json" >"/tmp/$name.log" 2>&1 &
+  pids+=("$!:$name")
+  sleep "${STAGGER:-4}"
+done
+rc=0
+for p in "${pids[@]}"; do
+  wait "${p%%:*}"; r=$?
+  [ $r -eq 0 ] || rc=1
+  { echo "===== ${p#*:} rc=$r"; cat "/tmp/${p#*:}.log"; } >>"$LOG"
+  echo "${p#*:} rc=$r"; grep -E '^L=|Error|error' "/tmp/${p#*:}.log" | tail -n 4
+done
+echo "total: $(( $(date +%s) - T0 )) s" | tee -a "$LOG"
+exit $rc
