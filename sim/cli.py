@@ -1,0 +1,171 @@
+"""``python -m sim run|rerun``: bad input gives one line naming the flag and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from model.semantics import SEMANTICS
+from sim.config import EngineConfig
+from sim.report import table, write_report
+from sim.rerun import parse_lengths, rerun_one
+from sim.runner import RunSpec, parse_semantics, run_side_by_side
+from sim.workload import WORKLOADS
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message.splitlines()[0])
+
+
+def _positive(flag: str, minimum: int = 1) -> Callable[[str], int]:
+    def conv(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{flag}: expected an integer, got {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"{flag}: must be >= {minimum}, got {v}")
+        return v
+    return conv
+
+
+def _range_arg(flag: str) -> Callable[[str], tuple[int, int]]:
+    def conv(text: str) -> tuple[int, int]:
+        parts = text.split("-")
+        try:
+            lo, hi = (int(parts[0]), int(parts[-1])) if len(parts) <= 2 else (0, -1)
+        except ValueError:
+            lo, hi = 0, -1
+        if lo < 1 or hi < lo:
+            raise argparse.ArgumentTypeError(f"{flag}: expected A-B with 1 <= A <= B, "
+                                             f"got {text!r}")
+        return lo, hi
+    return conv
+
+
+def _engine_flags(p: argparse.ArgumentParser, default_gpu: int) -> None:
+    p.add_argument("--block-size", type=_positive("--block-size"), default=16)
+    p.add_argument("--attention-groups", type=_positive("--attention-groups", 0), default=0,
+                   help="full-attention groups beside the Mamba group (default 0: pure Mamba)")
+    p.add_argument("--gpu-blocks", type=_positive("--gpu-blocks"), default=default_gpu)
+    p.add_argument("--cpu-blocks", type=_positive("--cpu-blocks"), default=32768)
+    p.add_argument("--max-num-batched-tokens", type=_positive("--max-num-batched-tokens"),
+                   default=2048)
+    p.add_argument("--long-prefill-token-threshold",
+                   type=_positive("--long-prefill-token-threshold", 0), default=0)
+    p.add_argument("--store-latency", type=_range_arg("--store-latency"), default=(2, 8),
+                   help="steps until a store completes, A-B (default 2-8)")
+    p.add_argument("--load-latency", type=_range_arg("--load-latency"), default=(1, 4))
+    p.add_argument("--cache-mamba-block-size",
+                   type=_positive("--cache-mamba-block-size"), default=None,
+                   help="cache_config.mamba_block_size for alt-cache-config-block-size "
+                        "(default: the block size; set it to model a stale value)")
+
+
+def _config(a: argparse.Namespace) -> EngineConfig:
+    if a.max_num_batched_tokens < a.block_size:
+        raise UsageError(f"--max-num-batched-tokens: must be >= the block size "
+                         f"{a.block_size}, got {a.max_num_batched_tokens}")
+    return EngineConfig(
+        block_size=a.block_size, attention_groups=a.attention_groups,
+        gpu_blocks=a.gpu_blocks, cpu_blocks=a.cpu_blocks,
+        max_num_batched_tokens=a.max_num_batched_tokens,
+        long_prefill_token_threshold=a.long_prefill_token_threshold,
+        store_latency=a.store_latency, load_latency=a.load_latency,
+        cache_mamba_block_size=a.cache_mamba_block_size,
+        verify_clean=getattr(a, "verify_clean", False), seed=getattr(a, "seed", 0))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m sim", description=__doc__)
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    run = sub.add_parser("run", help="simulate a workload under several semantics")
+    run.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
+    run.add_argument("--requests", type=_positive("--requests"), required=True)
+    run.add_argument("--semantics", required=True, help="comma-separated names")
+    run.add_argument("--seed", type=_positive("--seed", 0), default=0)
+    run.add_argument("--report", type=Path, default=None, help="write JSON and PNG here")
+    run.add_argument("--jobs", type=_positive("--jobs"), default=None,
+                     help="processes (default: min(#semantics, #cpus))")
+    run.add_argument("--no-progress", action="store_true")
+    run.add_argument("--verify-clean", action="store_true",
+                     help="also run the recurrence on clean paths and check them")
+    _engine_flags(run, 512)
+    rr = sub.add_parser("rerun", help="the hit of a prompt sent again after a cold run")
+    rr.add_argument("--semantics", required=True)
+    rr.add_argument("--lengths", required=True, help="A-B, inclusive")
+    rr.add_argument("--json", action="store_true", help="one JSON object per line")
+    _engine_flags(rr, 512)
+    return p
+
+
+def _run(a: argparse.Namespace) -> int:
+    if a.workload not in WORKLOADS:
+        raise UsageError(f"--workload: unknown name {a.workload!r} "
+                         f"(known: {', '.join(WORKLOADS)})")
+    try:
+        names = parse_semantics(a.semantics, list(SEMANTICS))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    config = _config(a)
+    spec = RunSpec(a.workload, a.requests, a.seed, names, config)
+    jobs = a.jobs or min(len(names), os.cpu_count() or 1)
+    summaries = run_side_by_side(spec, jobs, show_progress=not a.no_progress)
+    print(f"workload {a.workload}, {a.requests:,} requests, seed {a.seed}")
+    print(table(summaries))
+    if a.report is not None:
+        jpath, ppath = write_report(a.report, summaries, workload=a.workload,
+                                    requests=a.requests, seed=a.seed, config=config)
+        print(f"report: {jpath} {ppath}")
+    return 0
+
+
+def _rerun(a: argparse.Namespace) -> int:
+    try:
+        names = parse_semantics(a.semantics, list(SEMANTICS))
+        lengths = parse_lengths(a.lengths)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if len(names) != 1:
+        raise UsageError("--semantics: rerun takes exactly one name")
+    config = _config(a)
+    if not a.json:
+        print(f"semantics {names[0]}, block {config.block_size}, "
+              f"{config.attention_groups} attention group(s) + Mamba align")
+        print("length  hit  corrupted  stored Mamba blocks  violations")
+    for n in lengths:
+        r = rerun_one(n, names[0], config)
+        if a.json:
+            print(json.dumps(r.to_json()))
+        else:
+            print(f"{n:6d} {r.hit_tokens:4d}  {str(r.corrupted).lower():9s}  "
+                  f"{','.join(map(str, r.stored_blocks)) or '-':19s}  "
+                  f"{','.join(r.violations) or '-'}"
+                  f"{'  (vLLM asserts: load of an unstored block)' if r.missing_load else ''}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        a = build_parser().parse_args(argv)
+        if a.command == "run":
+            return _run(a)
+        if a.command == "rerun":
+            return _rerun(a)
+        raise UsageError("command: expected run or rerun")
+    except UsageError as e:
+        print(f"python -m sim: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,115 @@
+"""A small deterministic selective state-space recurrence (numpy).
+
+The stand-in for a Mamba layer: a state vector ``h`` carried token by token,
+``h <- a[x] * h + b[x]`` with a token-dependent ("selective") decay ``a[x]`` in (0, 1),
+and greedy next-token choice ``argmax(W @ h)``. Weights are random but fixed
+(seeded), so every run computes the same states bit for bit.
+
+States are advanced in segments that break at absolute block boundaries: a state at
+a block boundary is then the same float vector whichever earlier boundary the
+computation started from, so "a correct load" and "cold" agree exactly, and any
+difference is the load's fault.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+Vector = NDArray[np.float64]
+VOCAB = 64
+STATE_DIM = 16
+
+
+@dataclass(frozen=True)
+class Recurrence:
+    decay: NDArray[np.float64]  # (VOCAB, STATE_DIM), values in (0, 1)
+    drive: NDArray[np.float64]  # (VOCAB, STATE_DIM)
+    readout: NDArray[np.float64]  # (VOCAB, STATE_DIM)
+
+    @staticmethod
+    def make(seed: int = 20240612) -> Recurrence:
+        rng = np.random.default_rng(seed)
+        decay = 1.0 / (1.0 + np.exp(-(2.0 + rng.normal(size=(VOCAB, STATE_DIM)))))
+        return Recurrence(decay, rng.normal(size=(VOCAB, STATE_DIM)),
+                          rng.normal(size=(VOCAB, STATE_DIM)))
+
+    def zero(self) -> Vector:
+        return np.zeros(STATE_DIM)
+
+    def _segment(self, h: Vector, tokens: NDArray[np.uint8]) -> Vector:
+        # h_end = prod(a) * h + sum_i b_i * prod_{j>i} a_j, evaluated in one go
+        a = self.decay[tokens]
+        b = self.drive[tokens]
+        suffix = np.cumprod(a[::-1], axis=0)[::-1]  # prod_{j>=i} a_j
+        tail = np.empty_like(suffix)
+        tail[:-1] = suffix[1:]
+        tail[-1] = 1.0
+        out: Vector = suffix[0] * h + (b * tail).sum(axis=0)
+        return out
+
+    def advance(self, h: Vector, tokens: NDArray[np.uint8], start: int, end: int,
+                block_size: int) -> Vector:
+        """The state after tokens[start:end], from ``h`` (the state at ``start``)."""
+        pos = start
+        while pos < end:
+            nxt = min(end, (pos // block_size + 1) * block_size)
+            h = self._segment(h, tokens[pos:nxt])
+            pos = nxt
+        return h
+
+    def greedy(self, h: Vector, n: int) -> tuple[int, ...]:
+        """``n`` greedy tokens generated from state ``h`` (fed back one by one)."""
+        out = []
+        for _ in range(n):
+            tok = int(np.argmax(self.readout @ h))
+            out.append(tok)
+            h = self.decay[tok] * h + self.drive[tok]
+        return tuple(out)
+
+
+@dataclass
+class ColdStates:
+    """Cold states at block boundaries, cached per prefix (block hash), LRU-bounded.
+
+    Recomputing an evicted entry gives the same floats, so the bound is only a
+    memory limit; it never changes a result.
+    """
+
+    rec: Recurrence
+    block_size: int
+    capacity: int = 200_000
+    _cache: OrderedDict[int, Vector] = field(default_factory=OrderedDict)
+    computed_blocks: int = 0
+
+    def at_boundary(self, tokens: NDArray[np.uint8], hashes: Sequence[int], k: int) -> Vector:
+        """The cold state after the first ``k`` blocks (``hashes[k-1]`` names the prefix)."""
+        bs = self.block_size
+        j = k
+        h = None
+        while j > 0:
+            h = self._cache.get(hashes[j - 1])
+            if h is not None:
+                self._cache.move_to_end(hashes[j - 1])
+                break
+            j -= 1
+        if h is None:
+            h = self.rec.zero()
+        while j < k:
+            h = self.rec.advance(h, tokens, j * bs, (j + 1) * bs, bs)
+            self.computed_blocks += 1
+            j += 1
+            self._cache[hashes[j - 1]] = h
+            if len(self._cache) > self.capacity:
+                self._cache.popitem(last=False)
+        return h
+
+    def at(self, tokens: NDArray[np.uint8], hashes: Sequence[int], pos: int) -> Vector:
+        """The cold state after ``tokens[:pos]``."""
+        k = pos // self.block_size
+        h = self.at_boundary(tokens, hashes, k)
+        return self.rec.advance(h, tokens, k * self.block_size, pos, self.block_size)
