@@ -84,11 +84,14 @@ def plot(summaries: Sequence[Summary], path: Path, title: str) -> None:
     ax.set_title("hit rate (tokens)")
     ax.legend()
     ax = axes[0][1]
+    gpu = [s.gpu_hit_tokens for s in summaries]
     loaded = [s.cpu_hit_tokens for s in summaries]
     recomputed = [s.recomputed_tokens for s in summaries]
-    ax.bar(x, loaded, label="loaded from CPU")
-    ax.bar(x, recomputed, bottom=loaded, label="recomputed")
-    ax.set_title("tokens loaded vs recomputed")
+    ax.bar(x, gpu, label="GPU prefix hit", color="lightgray")
+    ax.bar(x, loaded, bottom=gpu, label="loaded from CPU")
+    ax.bar(x, recomputed, bottom=[a + b for a, b in zip(gpu, loaded, strict=True)],
+           label="recomputed")
+    ax.set_title("prompt tokens: GPU hit, loaded from CPU, recomputed")
     ax.legend()
     ax = axes[1][0]
     width = 0.8 / len(INVARIANTS)

@@ -1,0 +1,151 @@
+"""The simulator end to end: the chat trace under 0.23.0 and 0.24.0, attribution of
+every corrupted output to a no-partial-state violation, reproducibility, rerun."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from sim.config import EngineConfig
+from sim.engine import Engine
+from sim.metrics import RequestResult
+from sim.rerun import rerun_one
+from sim.runner import RunSpec, run_side_by_side
+from sim.ssm import VOCAB
+from sim.workload import Request, TokenSeq, make_trace
+
+N = 3000
+
+
+@pytest.fixture(scope="module")
+def chat_results() -> dict[str, tuple[Engine, list[RequestResult]]]:
+    trace = make_trace("chat", N, 0)
+    out = {}
+    for name in ("vllm-0.23.0", "vllm-0.24.0"):
+        engine = Engine(EngineConfig(), name, keep_results=True, workload="chat")
+        engine.run(trace)
+        assert engine.results is not None
+        out[name] = (engine, engine.results)
+    return out
+
+
+def test_chat_corrupts_under_0_23_and_not_under_0_24(
+        chat_results: dict[str, tuple[Engine, list[RequestResult]]]) -> None:
+    old, new = chat_results["vllm-0.23.0"][0], chat_results["vllm-0.24.0"][0]
+    assert old.counters.requests == new.counters.requests == N
+    assert old.counters.corrupted > 0
+    assert old.counters.violations["no-partial-state"] > 0
+    assert new.counters.corrupted == 0 and new.counters.wrong_state == 0
+    assert all(v == 0 for v in new.counters.violations.values())
+    assert old.counters.model_disagreements == new.counters.model_disagreements == 0
+
+
+def test_every_corrupted_output_coincides_with_a_no_partial_state_violation(
+        chat_results: dict[str, tuple[Engine, list[RequestResult]]]) -> None:
+    for _engine, results in chat_results.values():
+        by_id = {r.rid: r for r in results}
+        corrupted = [r for r in results if r.corrupted or r.wrong_state]
+        for r in corrupted:
+            # its own lookup broke no-partial-state, or it started from a wrong state
+            # that a request whose lookup broke no-partial-state put in a cache
+            assert r.poison is not None, r
+            assert "no-partial-state" in by_id[r.poison].violations, r
+            if r.poison == r.rid:
+                assert r.cpu_hit > 0
+        # and conversely every no-partial-state violation produced a wrong state
+        for r in results:
+            if "no-partial-state" in r.violations:
+                assert r.wrong_state and r.poison == r.rid, r
+
+
+def test_clean_paths_really_match_cold() -> None:
+    # verify_clean runs the recurrence on every request and raises if a path the
+    # engine calls clean diverges from the cold computation
+    trace = make_trace("chat", 600, 5)
+    for name in ("vllm-0.23.0", "vllm-0.24.0"):
+        cfg = EngineConfig(verify_clean=True, gpu_blocks=128)
+        s = Engine(cfg, name).run(trace)
+        assert s.requests == 600
+
+
+def test_runs_are_reproducible_and_independent_of_processes() -> None:
+    spec = RunSpec("shared-prefix", 800, 3, ("vllm-0.23.0", "vllm-0.24.0"), EngineConfig())
+    a = run_side_by_side(spec, jobs=1, show_progress=False)
+    b = run_side_by_side(spec, jobs=2, show_progress=False)
+    strip = [replace(s, wall_s=0.0) for s in a]
+    assert strip == [replace(s, wall_s=0.0) for s in b]
+    assert a[0].corrupted > 0 and a[1].corrupted == 0
+
+
+def test_hybrid_model_and_chunked_prefill() -> None:
+    cfg = EngineConfig(attention_groups=1, max_num_batched_tokens=64, gpu_blocks=400,
+                       verify_clean=True)
+    trace = make_trace("random", 400, 2)
+    for name in ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit",
+                 "alt-cache-config-block-size"):
+        s = Engine(cfg, name).run(trace)
+        assert s.refused == 0 and s.model_disagreements == 0
+        if name != "vllm-0.23.0":
+            assert s.corrupted == 0
+
+
+def test_wrong_state_poisons_the_gpu_cache_for_later_requests() -> None:
+    # 0.23.0: prompt 32 cold, GPU cleared, prompt 32 again (31-token CPU hit, the state
+    # saved at 32 loaded at 31, token 31 recomputed on it): the block at 32 is cached
+    # with that wrong state, and a 40-token prompt extending it hits it on the GPU.
+    rng = np.random.default_rng(0)
+    seq = TokenSeq(rng.integers(0, VOCAB, size=40, dtype=np.uint8), 16)
+    engine = Engine(EngineConfig(), "vllm-0.23.0", keep_results=True)
+    engine.submit(Request(0, 0, seq, 32, 8))
+    engine.drain()
+    engine.clear_gpu()
+    engine.submit(Request(1, 100, seq, 32, 8))
+    engine.submit(Request(2, 200, seq, 40, 8))
+    engine.drain()
+    assert engine.results is not None
+    r0, r1, r2 = engine.results
+    assert (r1.cpu_hit, r1.corrupted, r1.poison) == (31, True, 1)
+    assert r1.violations == ("no-partial-state",)
+    assert (r2.gpu_hit, r2.cpu_hit, r2.violations) == (32, 0, ())
+    assert r2.wrong_state and r2.poison == 1
+    assert engine.counters.corrupted_inherited == int(r2.corrupted)
+    # 0.24.0 on the same requests: no CPU hit for the boundary prompt, nothing wrong
+    fixed = Engine(EngineConfig(), "vllm-0.24.0", keep_results=True)
+    fixed.submit(Request(0, 0, seq, 32, 8))
+    fixed.drain()
+    fixed.clear_gpu()
+    fixed.submit(Request(1, 100, seq, 32, 8))
+    fixed.submit(Request(2, 200, seq, 40, 8))
+    fixed.drain()
+    assert fixed.results is not None
+    assert [r.wrong_state for r in fixed.results] == [False] * 3
+    assert fixed.results[1].cpu_hit == 0
+
+
+def _expected_rerun(length: int, semantics: str) -> tuple[int, bool]:
+    # what the cold run stores: the state at the last block boundary <= length only
+    last = length - length % 16
+    if length % 16 == 0:
+        return (length - 1, True) if semantics == "vllm-0.23.0" else (0, False)
+    return last, False
+
+
+@pytest.mark.parametrize("semantics", ["vllm-0.23.0", "vllm-0.24.0"])
+def test_rerun_predictions(semantics: str) -> None:
+    for length in range(17, 81):
+        r = rerun_one(length, semantics, EngineConfig())
+        assert (r.hit_tokens, r.corrupted) == _expected_rerun(length, semantics), length
+        assert r.stored_blocks == (length // 16 - 1,)
+
+
+def test_rerun_alternatives() -> None:
+    # rounding num_hit_tokens instead loads block 0, which the cold run never stored
+    r = rerun_one(32, "alt-round-num-hit", EngineConfig())
+    assert (r.hit_tokens, r.missing_load, r.violations) == (16, True, ("loads-stored-only",))
+    # a stale cache_config.mamba_block_size smaller than the block does not protect
+    stale = EngineConfig(cache_mamba_block_size=8)
+    r = rerun_one(32, "alt-cache-config-block-size", stale)
+    assert r.hit_tokens == 24 and r.violations == ("no-partial-state",) and r.wrong_state
+    assert rerun_one(32, "alt-cache-config-block-size", EngineConfig()).hit_tokens == 0
