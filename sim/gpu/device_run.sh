@@ -1,6 +1,8 @@
 #!/bin/bash
 # One vLLM version's whole sweep on the GPU host, every case in parallel on the one GPU.
-#   bash sim/gpu/device_run.sh VERSION CASE...     CASE = MODEL:MODE:MAMBA_CACHE_MODE
+#   bash sim/gpu/device_run.sh VERSION CASE...  CASE = MODEL:MODE:MAMBA_CACHE_MODE[:SECOND]
+# SECOND is cpu (default: a CPU hit) or gpu (a GPU prefix-cache hit, a control run);
+# HF_CHECK=18,32 also has transformers compute the greedy output of those lengths.
 #   e.g. bash sim/gpu/device_run.sh 0.24.0 mamba:stock:align mamba:fix-disabled:align
 # Needs .vllm-bundle/vllm-VERSION (bash ../shared/vllm-offline/build.sh VERSION .vllm-bundle)
 # and $OUT (a folder); writes $OUT/vllm-VERSION-MODEL-MODE[-all].json and $OUT/run-VERSION.log.
@@ -22,11 +24,13 @@ echo "install: $(( $(date +%s) - T0 )) s" | tee -a "$LOG"
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0
 pids=()
 for c in "$@"; do
-  IFS=: read -r model mode cm <<<"$c"
+  IFS=: read -r model mode cm second <<<"$c"
+  second=${second:-cpu}
   name=vllm-$V-$model-$mode
   [ "$cm" = align ] || name=$name-$cm
+  [ "$second" = cpu ] || name=$name-gpuhit
   timeout "${CASE_TIMEOUT:-420}" python3 sim/gpu/driver.py --model "$model" --mode "$mode" \
-    --mamba-cache-mode "$cm" --out "$OUT/$name.json" >"/tmp/$name.log" 2>&1 &
+    --mamba-cache-mode "$cm" --second "$second" --hf-check "${HF_CHECK:-}" --out "$OUT/$name.json" >"/tmp/$name.log" 2>&1 &
   pids+=("$!:$name")
   sleep "${STAGGER:-4}"
 done
@@ -35,7 +39,7 @@ for p in "${pids[@]}"; do
   wait "${p%%:*}"; r=$?
   [ $r -eq 0 ] || rc=1
   { echo "===== ${p#*:} rc=$r"; cat "/tmp/${p#*:}.log"; } >>"$LOG"
-  echo "${p#*:} rc=$r"; grep -E '^L=|Error|error' "/tmp/${p#*:}.log" | tail -n 4
+  echo "${p#*:} rc=$r"; grep -E '^L=|^HF|Error|error' "/tmp/${p#*:}.log" | tail -n 12
 done
 echo "total: $(( $(date +%s) - T0 )) s" | tee -a "$LOG"
 exit $rc

@@ -290,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.1)
+    ap.add_argument("--second", default="cpu", choices=("cpu", "gpu"),
+                    help="cpu: reset the GPU prefix cache before the second request (a CPU "
+                         "hit); gpu: keep it (a GPU prefix-cache hit, a control)")
+    ap.add_argument("--hf-check", default="",
+                    help="lengths whose greedy output transformers also computes, e.g. 18,32")
     ap.add_argument("--kv-bytes", type=int, default=1 << 30,
                     help="kv_cache_memory_bytes (0: let vLLM profile memory)")
     args = ap.parse_args(argv)
@@ -305,18 +310,46 @@ def main(argv: list[str] | None = None) -> int:
             raise BadInput("set VLLM_ENABLE_V1_MULTIPROCESSING=0 (the probe needs the engine "
                            "in this process)")
         prompts = make_prompts(lengths, args.seed, VOCAB_SIZE)
+        hf_lengths = parse_lengths(args.hf_check) if args.hf_check else []
+        if not set(hf_lengths) <= set(lengths):
+            raise BadInput("--hf-check: every length must also be in --lengths")
     except BadInput as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return run(args, lengths, prompts, ARCHITECTURES[args.model], CONFIGS[args.model])
+    return run(args, lengths, prompts, ARCHITECTURES[args.model], CONFIGS[args.model],
+               hf_lengths)
+
+
+def hf_check(model_dir: str, result: dict[str, Any], prompts: dict[int, list[int]],
+             lengths: list[int], max_tokens: int, device: str = "cuda") -> None:
+    """Greedy output of the same weights under transformers, next to vLLM's two outputs."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32).to(device).eval()
+    rows = {r["length"]: r for r in result["lengths"]}
+    for length in lengths:
+        ids = torch.tensor([prompts[length]], device=device)
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=max_tokens, min_new_tokens=max_tokens,
+                                 do_sample=False)
+        toks = out[0, ids.shape[1]:].tolist()
+        row = rows[length]
+        row["hf_tokens"] = toks
+        row["hf_first_diff_cold"] = first_diff(toks, row["cold_tokens"])
+        row["hf_first_diff_hot"] = first_diff(toks, row["hot_tokens"])
+        print(f"HF L={length} vs cold {row['hf_first_diff_cold']} vs hot "
+              f"{row['hf_first_diff_hot']}", flush=True)
 
 
 def run(args: argparse.Namespace, lengths: list[int], prompts: dict[int, list[int]],
-        arch: str, model_cfg: dict[str, Any]) -> int:
+        arch: str, model_cfg: dict[str, Any], hf_lengths: list[int]) -> int:
     t0 = time.monotonic()
     result: dict[str, Any] = {
         "schema": SCHEMA, "vllm_version": None, "model": args.model, "architecture": arch,
-        "mode": args.mode, "mamba_cache_mode": args.mamba_cache_mode, "seed": args.seed,
+        "mode": args.mode, "mamba_cache_mode": args.mamba_cache_mode, "second": args.second,
+        "seed": args.seed,
         "model_config": model_cfg, "max_tokens": args.max_tokens, "block_size": BLOCK_SIZE,
         "offload_block_size": BLOCK_SIZE, "dtype": "float32", "device": None,
         "groups": [], "mamba_align_size": None, "gpu_seconds": {}, "lengths": [],
@@ -414,7 +447,7 @@ def run(args: argparse.Namespace, lengths: list[int], prompts: dict[int, list[in
             n0 = len(probe.calls)
             probe.phase = "cold"
             cold = gen(prompt)
-            tries = reset()
+            tries = reset() if args.second == "cpu" else 0
             probe.phase = "hot"
             n1 = len(probe.calls)
             hot = gen(prompt)
@@ -448,6 +481,10 @@ def run(args: argparse.Namespace, lengths: list[int], prompts: dict[int, list[in
             print(f"L={length} hit={last.get('hit')} cached={hot.num_cached_tokens} "
                   f"equal={a == b} stored={last.get('stored')}", flush=True)
         result["gpu_seconds"]["sweep"] = round(time.monotonic() - t_sweep, 1)
+        if hf_lengths:
+            t_hf = time.monotonic()
+            hf_check(model_dir, result, prompts, hf_lengths, args.max_tokens)
+            result["gpu_seconds"]["hf_check"] = round(time.monotonic() - t_hf, 1)
     except Exception as e:
         result["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         result["traceback"] = traceback.format_exc()[-3000:]
