@@ -52,7 +52,7 @@ def chunk_ends(num_tokens: int, start: int, block_size: int, *, budget: int = 20
         if first and uncached_common_prefix >= block_size and n > uncached_common_prefix:
             n = uncached_common_prefix // block_size * block_size
         if n <= 0:
-            # budget below one block: vLLM cannot schedule the request (scheduler.py:505)
+            # budget below one block: vLLM cannot schedule it (scheduler.py:514 (451))
             raise ValueError(f"token budget {budget} is below the block size {block_size}")
         computed += n
         ends.append(computed)

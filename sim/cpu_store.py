@@ -1,6 +1,7 @@
 """The CPU offload store: ``CPUOffloadingManager`` with the LRU policy, in steps.
 
-Keys are (group, block hash), as ``make_offload_key`` packs them (kv_offload/base.py:36).
+Keys are (group, block hash), as ``make_offload_key`` packs them
+(kv_offload/base.py:36 (33)).
 A stored block is written asynchronously: ``prepare_store`` inserts it not ready
 (BlockStatus ref_cnt -1, cpu/policies/base.py:25) and ``lookup`` answers None for it
 (cpu/manager.py:127 (117)) until ``complete_store`` (offloading/scheduler.py:1123

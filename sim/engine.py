@@ -192,7 +192,7 @@ class Engine:
                 compute_at = now + lat
                 ucp = 0
                 start_pos = G + ext
-                # update_state_after_alloc: stores resume after the hit (scheduler.py:755)
+                # update_state_after_alloc: stores resume after the hit (scheduler.py:755 (645))
                 next_stored = cdiv(G + ext, bs)
                 load = next(ld for ld in out.loads if ld.group == mg)
                 if load.state_position is not None:

@@ -2,7 +2,7 @@
 
 Full-attention groups cache every full computed block; the Mamba group in align mode
 caches only blocks that hold a saved state (the others are null placeholders,
-single_type_kv_cache_manager.py MambaManager.allocate_new_blocks, 0.24.0 :1216).
+MambaManager.allocate_new_blocks, single_type_kv_cache_manager.py:1222 (1165)).
 A second block with a hash already cached does not replace the first: vLLM keeps both
 and hands out the first (block_pool.py:62, :204 (189)). Blocks of running requests are
 not pinned here (a simplification: the LRU order alone decides).
