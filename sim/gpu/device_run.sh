@@ -1,7 +1,8 @@
 #!/bin/bash
 # One vLLM version's whole sweep on the GPU host, every case in parallel on the one GPU.
 #   bash sim/gpu/device_run.sh VERSION CASE...  CASE = MODEL:MODE:MAMBA_CACHE_MODE[:SECOND]
-# SECOND is cpu (default: a CPU hit) or gpu (a GPU prefix-cache hit, a control run);
+# SECOND is cpu (default: a CPU hit), gpu (a GPU prefix-cache hit, a control run) or
+# gpu-noconn (a GPU prefix-cache hit with no KV connector configured at all);
 # HF_CHECK=18,32 also has transformers compute the greedy output of those lengths.
 #   e.g. bash sim/gpu/device_run.sh 0.24.0 mamba:stock:align mamba:fix-disabled:align
 # Needs .vllm-bundle/vllm-VERSION (bash ../shared/vllm-offline/build.sh VERSION .vllm-bundle)
@@ -28,9 +29,11 @@ for c in "$@"; do
   second=${second:-cpu}
   name=vllm-$V-$model-$mode
   [ "$cm" = align ] || name=$name-$cm
-  [ "$second" = cpu ] || name=$name-gpuhit
+  conn=offload
+  [ "$second" = gpu-noconn ] && { second=gpu; conn=none; name=$name-gpuhit-noconn; }
+  [ "$conn" = none ] || [ "$second" = cpu ] || name=$name-gpuhit
   timeout "${CASE_TIMEOUT:-420}" python3 sim/gpu/driver.py --model "$model" --mode "$mode" \
-    --mamba-cache-mode "$cm" --second "$second" --hf-check "${HF_CHECK:-}" --out "$OUT/$name.json" >"/tmp/$name.log" 2>&1 &
+    --mamba-cache-mode "$cm" --second "$second" --connector "$conn" --hf-check "${HF_CHECK:-}" --out "$OUT/$name.json" >"/tmp/$name.log" 2>&1 &
   pids+=("$!:$name")
   sleep "${STAGGER:-4}"
 done

@@ -246,12 +246,14 @@ def group_info(llm: Any, scheduler: Any) -> list[dict[str, Any]]:
     except Exception:
         pass
     out = []
-    for i, gc in enumerate(scheduler.config.kv_group_configs):
+    configs = scheduler.config.kv_group_configs if scheduler is not None else [None] * len(specs)
+    for i, gc in enumerate(configs):
         spec = specs[i] if i < len(specs) else getattr(gc, "kv_cache_spec", None)
         name = type(spec).__name__
         kind = ("mamba" if "Mamba" in name else "sliding_window" if "Sliding" in name
                 else "full_attention" if "Attention" in name else name)
-        gpu_bs = getattr(gc, "gpu_block_size", None) or getattr(gc, "tokens_per_block", None)
+        gpu_bs = (getattr(gc, "gpu_block_size", None) or getattr(gc, "tokens_per_block", None)
+                  or getattr(spec, "block_size", None))
         off_bs = getattr(gc, "offloaded_block_size", None) or getattr(gc, "tokens_per_chunk", None)
         info: dict[str, Any] = {"index": i, "kind": kind, "spec": name,
                                 "gpu_block_size": gpu_bs, "offloaded_block_size": off_bs}
@@ -293,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--second", default="cpu", choices=("cpu", "gpu"),
                     help="cpu: reset the GPU prefix cache before the second request (a CPU "
                          "hit); gpu: keep it (a GPU prefix-cache hit, a control)")
+    ap.add_argument("--connector", default="offload", choices=("offload", "none"),
+                    help="none: no KV connector at all (a control; needs --second gpu)")
     ap.add_argument("--hf-check", default="",
                     help="lengths whose greedy output transformers also computes, e.g. 18,32")
     ap.add_argument("--kv-bytes", type=int, default=1 << 30,
@@ -302,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         lengths = parse_lengths(args.lengths)
         if args.max_tokens < 1:
             raise BadInput(f"--max-tokens: must be >= 1, got {args.max_tokens}")
+        if args.connector == "none" and args.second != "gpu":
+            raise BadInput("--connector none: needs --second gpu (nothing to hit on the CPU)")
         if args.kv_bytes < 0:
             raise BadInput(f"--kv-bytes: must be >= 0, got {args.kv_bytes}")
         if not 0 < args.gpu_memory_utilization <= 1:
@@ -349,6 +355,7 @@ def run(args: argparse.Namespace, lengths: list[int], prompts: dict[int, list[in
     result: dict[str, Any] = {
         "schema": SCHEMA, "vllm_version": None, "model": args.model, "architecture": arch,
         "mode": args.mode, "mamba_cache_mode": args.mamba_cache_mode, "second": args.second,
+        "connector": args.connector,
         "seed": args.seed,
         "model_config": model_cfg, "max_tokens": args.max_tokens, "block_size": BLOCK_SIZE,
         "offload_block_size": BLOCK_SIZE, "dtype": "float32", "device": None,
@@ -388,6 +395,11 @@ def run(args: argparse.Namespace, lengths: list[int], prompts: dict[int, list[in
             kwargs["attention_backend"] = "TRITON_ATTN"
         if args.kv_bytes:
             kwargs["kv_cache_memory_bytes"] = args.kv_bytes
+        if args.connector == "offload":
+            kwargs["kv_transfer_config"] = KVTransferConfig(
+                kv_connector="OffloadingConnector", kv_role="kv_both",
+                kv_connector_extra_config={"cpu_bytes_to_use": 1 << 30,
+                                           "block_size": BLOCK_SIZE})
         if args.mamba_cache_mode == "all":
             # Mamba-1 has no chunk size; without this vLLM aligns "all" mode to 2048
             # tokens (platforms/interface.py:752-760, 0.24.0)
@@ -398,10 +410,6 @@ def run(args: argparse.Namespace, lengths: list[int], prompts: dict[int, list[in
             gpu_memory_utilization=args.gpu_memory_utilization, block_size=BLOCK_SIZE,
             max_model_len=256, enable_prefix_caching=True,
             mamba_cache_mode=args.mamba_cache_mode, seed=args.seed,
-            kv_transfer_config=KVTransferConfig(
-                kv_connector="OffloadingConnector", kv_role="kv_both",
-                kv_connector_extra_config={"cpu_bytes_to_use": 1 << 30,
-                                           "block_size": BLOCK_SIZE}),
             **kwargs,
         )
         result["gpu_seconds"]["engine_build"] = round(time.monotonic() - t_build, 1)
