@@ -23,38 +23,55 @@ Per chunk (vLLM 0.24.0 v1/core/sched/scheduler.py, 0.23.0 line in parentheses):
 
 So a prompt shorter than the budget and ending on a block boundary is prefilled in one
 chunk, and only the state at its end is saved; a prompt ending mid-block is cut at its
-last block boundary, whose state is saved, and the tail follows in a second chunk.
+last block boundary, whose state is saved, and the tail follows in a second chunk. When
+other requests use part of the step's budget, a chunk is rounded down to whole blocks,
+so a prefill under load saves more intermediate states.
+
+With a KV connector the Marconi hint is 0 in practice: a pure Mamba model has a
+unitary coordinator without the attribute (scheduler.py:716 getattr default 0), and a
+hybrid one takes the per-group path (scheduler.py:675-701), which never calls the
+``find_longest_cache_hit`` that sets it. The simulator therefore passes 0.
 """
 
 from __future__ import annotations
 
 
+def aligned_chunk(num_tokens: int, computed: int, num_new: int, block_size: int,
+                  uncached_common_prefix: int = 0) -> int:
+    """``_mamba_block_aligned_split``: the tokens actually scheduled out of ``num_new``.
+
+    0 means the request cannot be scheduled this step (not enough budget for a
+    block-aligned chunk, scheduler.py:514 (451)).
+    """
+    last_cache_position = num_tokens - num_tokens % block_size
+    after = computed + num_new
+    if after < last_cache_position:
+        num_new = num_new // block_size * block_size
+    elif computed < last_cache_position < after:
+        num_new = last_cache_position - computed
+    if uncached_common_prefix >= block_size and num_new > uncached_common_prefix:
+        num_new = uncached_common_prefix // block_size * block_size
+    return num_new
+
+
 def chunk_ends(num_tokens: int, start: int, block_size: int, *, budget: int = 2048,
                long_prefill_threshold: int = 0, uncached_common_prefix: int = 0) -> list[int]:
-    """Token positions where the prefill chunks of a prompt end (the last is the prompt end).
+    """Token positions where the prefill chunks of a prompt end when the request has the
+    whole token budget to itself (the last is the prompt end).
 
     ``start`` is the number of tokens already computed (GPU hit plus loaded tokens).
     """
     ends: list[int] = []
     computed = start
-    last_cache_position = num_tokens - num_tokens % block_size
-    first = True
+    ucp = uncached_common_prefix
     while computed < num_tokens:
         n = num_tokens - computed
         if 0 < long_prefill_threshold < n:
             n = long_prefill_threshold
-        n = min(n, budget)
-        after = computed + n
-        if after < last_cache_position:
-            n = n // block_size * block_size
-        elif computed < last_cache_position < after:
-            n = last_cache_position - computed
-        if first and uncached_common_prefix >= block_size and n > uncached_common_prefix:
-            n = uncached_common_prefix // block_size * block_size
+        n = aligned_chunk(num_tokens, computed, min(n, budget), block_size, ucp)
         if n <= 0:
-            # budget below one block: vLLM cannot schedule it (scheduler.py:514 (451))
             raise ValueError(f"token budget {budget} is below the block size {block_size}")
         computed += n
         ends.append(computed)
-        first = False
+        ucp = 0
     return ends

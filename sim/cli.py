@@ -62,6 +62,7 @@ def _engine_flags(p: argparse.ArgumentParser, default_gpu: int) -> None:
     p.add_argument("--cpu-blocks", type=_positive("--cpu-blocks"), default=32768)
     p.add_argument("--max-num-batched-tokens", type=_positive("--max-num-batched-tokens"),
                    default=2048)
+    p.add_argument("--max-num-seqs", type=_positive("--max-num-seqs"), default=128)
     p.add_argument("--long-prefill-token-threshold",
                    type=_positive("--long-prefill-token-threshold", 0), default=0)
     p.add_argument("--store-latency", type=_range_arg("--store-latency"), default=(2, 8),
@@ -80,7 +81,7 @@ def _config(a: argparse.Namespace) -> EngineConfig:
     return EngineConfig(
         block_size=a.block_size, attention_groups=a.attention_groups,
         gpu_blocks=a.gpu_blocks, cpu_blocks=a.cpu_blocks,
-        max_num_batched_tokens=a.max_num_batched_tokens,
+        max_num_batched_tokens=a.max_num_batched_tokens, max_num_seqs=a.max_num_seqs,
         long_prefill_token_threshold=a.long_prefill_token_threshold,
         store_latency=a.store_latency, load_latency=a.load_latency,
         cache_mamba_block_size=a.cache_mamba_block_size,
@@ -101,12 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true")
     run.add_argument("--verify-clean", action="store_true",
                      help="also run the recurrence on clean paths and check them")
-    _engine_flags(run, 512)
+    _engine_flags(run, 128)
     rr = sub.add_parser("rerun", help="the hit of a prompt sent again after a cold run")
     rr.add_argument("--semantics", required=True)
     rr.add_argument("--lengths", required=True, help="A-B, inclusive")
     rr.add_argument("--json", action="store_true", help="one JSON object per line")
-    _engine_flags(rr, 512)
+    _engine_flags(rr, 128)
     return p
 
 

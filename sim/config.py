@@ -10,9 +10,10 @@ class EngineConfig:
     block_size: int = 16  # GPU block size of every group; block_size_factor is 1
     # full-attention groups beside the single Mamba (align) group; 0: a pure Mamba model
     attention_groups: int = 0
-    gpu_blocks: int = 512  # GPU prefix cache capacity (blocks, all groups together)
+    gpu_blocks: int = 128  # GPU prefix cache capacity (blocks, all groups together)
     cpu_blocks: int = 32768  # CPU offload store capacity (blocks, all groups together)
-    max_num_batched_tokens: int = 2048  # config/scheduler.py:42
+    max_num_batched_tokens: int = 2048  # config/scheduler.py:42, shared by a step
+    max_num_seqs: int = 128  # running requests at most, config/scheduler.py:44
     long_prefill_token_threshold: int = 0  # config/scheduler.py:80
     # steps from issuing a store / load until it completes (inclusive range, >= 1: a store
     # is submitted at the start of the next step, worker.py:293 (254))

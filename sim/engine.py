@@ -1,65 +1,81 @@
-"""The discrete simulation of one engine with KV offloading, one semantics.
+"""The discrete simulation of one engine with KV offloading, under one semantics.
 
-Each request, at its arrival step (and again each step while deferred):
-  1. the GPU prefix cache gives ``num_computed_tokens`` (``gpu_cache.longest_hit``);
-  2. the CPU store's answers for the request's blocks become a ``model`` scenario, and
-     ``model.evaluate`` with the chosen semantics gives the hit, the load plan and the
-     invariant violations (every lookup, deferred ones included);
-  3. a load pins its blocks for the load latency (``CpuStore.start_load``); the Mamba
-     group's ``state_position`` names the saved state it brings;
-  4. the prefill is split as the release splits it (``chunking.chunk_ends``); at each
-     chunk end on a block boundary the state is cached on the GPU, and the connector
-     stores what it stores (``_store`` below) -- completed ``store_latency`` steps later;
-  5. the output is compared with the cold one through the recurrence (``ssm``).
-
-Steps are ordered: lookups of step s see GPU blocks cached before step s (a Mamba hit
-cannot use a block cached by another request in the same step,
-single_type_kv_cache_manager.py:1125 (1068)) and CPU blocks whose store completed.
+Time advances in engine steps. Each step, as vLLM's ``Scheduler.schedule``
+(v1/core/sched/scheduler.py) does:
+  1. running requests first: every decoding request takes one token of the step's
+     ``max_num_batched_tokens``; prefilling requests get block-aligned chunks of what is
+     left (``chunking.aligned_chunk``), in admission order;
+  2. then waiting requests, in arrival order, while budget and seats
+     (``max_num_seqs``) last: a new request gets its local hit from the GPU prefix cache
+     and the connector's answer from ``model.evaluate`` on a scenario built from the CPU
+     store (every lookup, deferred ones included, is evaluated and checked). Deferred: it
+     stays waiting and is looked up again next step. A CPU hit: its load pins the blocks
+     for the load latency, then it waits for budget like any request. No hit: its first
+     chunk is scheduled now, or it stays waiting (vLLM ``break``s) if the budget left is
+     below a block-aligned chunk.
+  3. each scheduled chunk caches its full blocks and, where it ends on a block boundary,
+     the Mamba state; the connector offers the new blocks to the store (``_store``),
+     which completes ``store_latency`` steps later.
+Blocks cached in step s are seen by lookups from step s+1 on (a Mamba hit cannot use a
+block cached by another request in the same step, single_type_kv_cache_manager.py:1125
+(1068)). When the prefill ends, the output from the state the request actually had is
+compared with the cold output through the recurrence (``ssm``).
 """
 
 from __future__ import annotations
 
 import heapq
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from model.evaluate import evaluate
+from model.evaluate import Outcome, evaluate
 from model.layout import cdiv
 from model.scenario import Group, Scenario
 from model.semantics import get_semantics
-from sim.chunking import chunk_ends
+from sim.chunking import aligned_chunk
 from sim.config import EngineConfig
 from sim.cpu_store import CpuStore
-from sim.gpu_cache import GpuPrefixCache, longest_hit
+from sim.gpu_cache import GpuHit, GpuPrefixCache, longest_hit, per_group_hit
 from sim.metrics import Counters, RequestResult, Summary
 from sim.ssm import ColdStates, Recurrence, Vector
 from sim.states import ZERO, StateRecord
 from sim.workload import Request
 
-_LOOKUP, _CHUNK, _FINISH = 0, 1, 2
 Progress = Callable[[int], None]
+_ARRIVE, _FINISH = 0, 1
 
 
 @dataclass
 class _Live:
-    """A request between its lookup and its finish (the engine's only per-request state)."""
+    """A request from its admission (or load) to its finish."""
 
     req: Request
     hashes: list[int]
     gpu_hit: int
-    start_pos: int  # GPU hit + loaded tokens
+    start_pos: int  # GPU hit plus loaded tokens
     start_rec: StateRecord  # the Mamba state the computation starts from
-    ends: list[int]
     clean: bool
     poison: int | None
+    cause: str | None
+    inherited: bool
     next_stored: int  # next offloaded block index to store (all groups alike here)
+    pos: int = 0  # tokens computed so far
+    result: tuple[int, tuple[str, ...], int, bool] = (0, (), 0, False)
     # positions of this request's non-null Mamba blocks and the states they hold
     mamba_states: dict[int, StateRecord] = field(default_factory=dict)
-    vectors: dict[int, Vector] = field(default_factory=dict)  # unclean chunk-end states
+    vector: Vector | None = None  # the running state, tracked on unclean paths
+    vectors: dict[int, Vector] = field(default_factory=dict)
+
+
+@dataclass
+class _Waiting:
+    req: Request
+    live: _Live | None = None  # set once a CPU hit's load is issued
+    ready_at: int = 0  # the load completes at this step
 
 
 class Engine:
@@ -72,30 +88,33 @@ class Engine:
         self.cpu = CpuStore(cfg.cpu_blocks)
         self.rec = Recurrence.make()
         self.cold = ColdStates(self.rec, cfg.block_size)
-        # 0.24.0's Marconi admission split (scheduler.py:377); not in 0.23.0
-        self.marconi = self.sem.base_version != "0.23.0"
+        # 0.24.0 passes max(per-group hits) for hybrid models with a connector
+        # (scheduler.py:675-701); 0.23.0 the converged hit (get_computed_blocks)
+        self.per_group = self.sem.base_version != "0.23.0" and cfg.attention_groups > 0
         self.mamba_block_size = cfg.cache_mamba_block_size or cfg.block_size
         self.counters = Counters()
         self.results: list[RequestResult] | None = [] if keep_results else None
-        self.violators: set[int] = set()  # requests whose lookup broke no-partial-state
-        self._events: list[tuple[int, int, int, int, Any]] = []
+        self.step = 0
+        self.steps = 0
+        self._events: list[tuple[int, int, int, object]] = []
         self._seq = 0
+        self._waiting: deque[_Waiting] = deque()
+        self._prefilling: list[_Live] = []
+        self._decoding = 0
         self._cold_out: dict[tuple[int, int], tuple[int, ...]] = {}
 
-    # -- scheduling ----------------------------------------------------------------
+    # -- driving ---------------------------------------------------------------------
 
-    def _push(self, step: int, kind: int, payload: Any) -> None:
+    def _push(self, step: int, kind: int, payload: object) -> None:
         self._seq += 1
-        # lookups of a step run before that step's chunk completions
-        heapq.heappush(self._events, (step, 0 if kind == _LOOKUP else 1, self._seq, kind,
-                                      payload))
+        heapq.heappush(self._events, (step, kind, self._seq, payload))
 
     def _latency(self, bounds: tuple[int, int], rid: int, salt: int) -> int:
         lo, hi = bounds
         return lo + hash((self.cfg.seed, rid, salt)) % (hi - lo + 1)
 
     def submit(self, req: Request, step: int | None = None) -> None:
-        self._push(req.arrival if step is None else step, _LOOKUP, req)
+        self._push(req.arrival if step is None else step, _ARRIVE, req)
 
     def run(self, trace: Sequence[Request], progress: Progress | None = None) -> Summary:
         t0 = time.perf_counter()
@@ -105,21 +124,88 @@ class Engine:
         return self.summary(time.perf_counter() - t0)
 
     def drain(self, progress: Progress | None = None) -> None:
+        """Run steps until every submitted request has finished."""
         events = self._events
-        while events:
-            step, _, _, kind, payload = heapq.heappop(events)
-            if kind == _LOOKUP:
-                if self._lookup(payload, step) and progress is not None:
-                    progress(self.counters.requests)
-            elif kind == _CHUNK:
-                self._chunk(payload[0], payload[1], step)
-            else:
-                self._finish(payload, step)
+        while events or self._waiting or self._prefilling:
+            if not (self._waiting or self._prefilling) and events[0][0] > self.step:
+                self.step = events[0][0]  # idle: jump to the next event
+            while events and events[0][0] <= self.step:
+                _, kind, _, payload = heapq.heappop(events)
+                if kind == _ARRIVE:
+                    assert isinstance(payload, Request)
+                    self._waiting.append(_Waiting(payload))
+                else:
+                    assert isinstance(payload, _Live)
+                    self._finish(payload, self.step)
+            before = self.counters.requests
+            self._schedule(self.step)
+            if progress is not None and self.counters.requests // 256 != before // 256:
+                progress(self.counters.requests)
+            self.step += 1
+            self.steps += 1
+        if progress is not None:
+            progress(self.counters.requests)
 
     def clear_gpu(self) -> None:
         self.gpu.clear()
 
-    # -- one lookup ------------------------------------------------------------------
+    # -- one step --------------------------------------------------------------------
+
+    def _chunk_len(self, live: _Live, budget: int) -> int:
+        cfg = self.cfg
+        P = live.req.prompt_len
+        n = P - live.pos
+        if 0 < cfg.long_prefill_token_threshold < n:  # scheduler.py:797 (685)
+            n = cfg.long_prefill_token_threshold
+        return aligned_chunk(P, live.pos, min(n, budget), cfg.block_size)
+
+    def _schedule(self, now: int) -> None:
+        cfg = self.cfg
+        budget = max(0, cfg.max_num_batched_tokens - self._decoding)
+        for live in list(self._prefilling):
+            if budget <= 0:
+                break
+            n = self._chunk_len(live, budget)
+            if n:
+                budget -= n
+                self._run_chunk(live, live.pos + n, now)
+        waiting = self._waiting
+        kept: deque[_Waiting] = deque()
+        while waiting and budget > 0:
+            if len(self._prefilling) + self._decoding >= cfg.max_num_seqs:
+                break
+            w = waiting.popleft()
+            if w.live is None:
+                outcome, hit, hashes = self._look_up(w.req, now)
+                if outcome is None:  # deferred: looked up again next step
+                    kept.append(w)
+                    continue
+                live = self._admit(w.req, hashes, hit, outcome, now)
+                if live.start_pos > hit.tokens:  # a CPU hit: wait for the load
+                    w.live = live
+                    w.ready_at = now + self._latency(cfg.load_latency, w.req.rid, -1)
+                    self.cpu.start_load(self._load_keys(live, outcome), w.ready_at)
+                    kept.append(w)
+                    continue
+            else:
+                live = w.live
+                if now < w.ready_at:
+                    kept.append(w)
+                    continue
+            n = self._chunk_len(live, budget)
+            if n == 0:  # not enough budget for a block-aligned chunk: vLLM breaks
+                if w.live is None and live.start_pos == live.gpu_hit:
+                    self._unadmit(live)
+                kept.append(w)
+                break
+            self._start(live)
+            budget -= n
+            self._run_chunk(live, live.pos + n, now)
+        self.counters.waiting_steps += len(kept) + len(waiting)
+        kept.extend(waiting)
+        self._waiting = kept
+
+    # -- the lookup --------------------------------------------------------------------
 
     def _scenario(self, req: Request, hashes: list[int], gpu_hit: int, now: int) -> Scenario:
         cfg = self.cfg
@@ -145,39 +231,49 @@ class Engine:
         return Scenario(self.sem.name, 1, req.prompt_len, gpu_hit, tuple(groups),
                         mamba_block_size=self.mamba_block_size)
 
-    def _lookup(self, req: Request, now: int) -> bool:
-        """Look the request up; False when deferred (it is looked up again next step)."""
+    def _look_up(self, req: Request, now: int) -> tuple[Outcome | None, GpuHit, list[int]]:
+        """The local hit and the connector's answer (None: deferred)."""
         cfg, c = self.cfg, self.counters
-        bs, mg = cfg.block_size, cfg.mamba_group
+        bs = cfg.block_size
         P = req.prompt_len
-        nblocks = (P + req.reply_len) // bs if req.chat else P // bs
-        hashes = req.seq.hashes_upto(nblocks)
-        hit = longest_hit(self.gpu, hashes, P, bs, cfg.attention_groups)
-        G = hit.tokens
-        out = evaluate(self._scenario(req, hashes, G, now))
+        hashes = req.seq.hashes_upto((P + req.reply_len) // bs if req.chat else P // bs)
+        if self.per_group:
+            hit, min_attn = per_group_hit(self.gpu, hashes, P, bs, cfg.attention_groups)
+        else:
+            hit = longest_hit(self.gpu, hashes, P, bs, cfg.attention_groups)
+            min_attn = hit.tokens
+        out = evaluate(self._scenario(req, hashes, hit.tokens, now))
         c.lookups += 1
-        names = tuple(sorted({v.invariant for v in out.violations}))
-        for name in names:
+        for name in {v.invariant for v in out.violations}:
             c.violations[name] += 1
         if out.refused is None and out.hit_tokens is None:
             c.deferred += 1
-            self._push(now + 1, _LOOKUP, req)
-            return False
+            return None, hit, hashes
         c.refused += out.refused is not None
         c.assertions += out.assertion is not None
+        if min_attn < hit.tokens:
+            c.dirty_attention += 1  # attention blocks past their own hit (vLLM #46453)
+        return out, hit, hashes
+
+    def _load_keys(self, live: _Live, out: Outcome) -> list[tuple[int, int]]:
+        return [(ld.group, live.hashes[b]) for ld in out.loads for b in ld.blocks]
+
+    def _admit(self, req: Request, hashes: list[int], hit: GpuHit, out: Outcome,
+               now: int) -> _Live:
+        """Decide where the computation starts and from which state."""
+        cfg, c = self.cfg, self.counters
+        bs, mg = cfg.block_size, cfg.mamba_group
+        P, G = req.prompt_len, hit.tokens
+        names = tuple(sorted({v.invariant for v in out.violations}))
         ext = lookup_hit = out.hit_tokens or 0
-        missing = False
         entries = self.cpu.entries
         # the connector touches the request's keys after the lookup (scheduler.py:679 (569))
         hit_blocks = (G + ext) // bs
-        touch = [(g, hashes[b]) for g in range(cfg.num_groups)
-                 for b in range(max(0, hit_blocks - 1) if g == mg else 0, P // bs)]
-        self.cpu.touch(touch)
-
-        start_pos, start_rec = G, hit.state or ZERO
-        compute_at = now
-        ucp = hit.uncached_common_prefix if self.marconi else 0
+        self.cpu.touch([(g, hashes[b]) for g in range(cfg.num_groups)
+                        for b in range(max(0, hit_blocks - 1) if g == mg else 0, P // bs)])
+        start_rec = hit.state or ZERO
         next_stored = 0
+        missing = False
         if ext:
             keys = [(ld.group, hashes[b]) for ld in out.loads for b in ld.blocks]
             if any(k not in entries or entries[k].ready_step > now for k in keys):
@@ -187,103 +283,86 @@ class Engine:
                 missing = True
                 ext = 0
             else:
-                lat = self._latency(cfg.load_latency, req.rid, -1)
-                self.cpu.start_load(keys, now + lat)
-                compute_at = now + lat
-                ucp = 0
-                start_pos = G + ext
-                # update_state_after_alloc: stores resume after the hit (scheduler.py:755 (645))
+                # update_state_after_alloc: stores resume after the hit (scheduler.py:755
+                # (645))
                 next_stored = cdiv(G + ext, bs)
                 load = next(ld for ld in out.loads if ld.group == mg)
                 if load.state_position is not None:
                     rec = entries[(mg, hashes[load.state_position // bs - 1])].record
                     assert rec is not None
                     start_rec = rec
+        start_pos = G + ext
+        cause = None
+        inherited = False
+        poison = None
+        if start_rec.position != start_pos:
+            # a load: the state saved at another position (the model flags it); no load:
+            # 0.24.0 hybrid passed the attention hit beyond the Mamba hit, and the worker
+            # copies the running state from a null block (mamba_utils.py:700-716)
+            cause = "no-partial-state" if ext else "local-hit-divergence"
+            if not ext:
+                start_rec = StateRecord(start_pos, False, self.rec.zero(), req.rid, cause)
+            poison = req.rid
+            if (cause == "no-partial-state") != ("no-partial-state" in names):
+                c.model_disagreements += 1
+        elif not start_rec.clean:
+            cause, poison, inherited = start_rec.cause, start_rec.poison, True
+        elif "no-partial-state" in names:
+            c.model_disagreements += 1
+        live = _Live(req, hashes, G, start_pos, start_rec, cause is None, poison, cause,
+                     inherited, next_stored, pos=start_pos)
+        live.result = (lookup_hit, names, ext, missing)
+        if G and not ext and hit.state is not None and hit.state.position == G:
+            live.mamba_states[G] = hit.state  # the GPU-hit state block is not null
         c.requests += 1
         c.prompt_tokens += P
         c.gpu_hit_tokens += G
         c.cpu_hit_tokens += ext
         c.cpu_hit_requests += ext > 0
         c.recomputed_tokens += P - G - ext
+        return live
 
-        mismatch = start_rec.position != start_pos
-        if mismatch:
-            self.violators.add(req.rid)
-        if mismatch != ("no-partial-state" in names) and ext:
-            c.model_disagreements += 1
-        clean = start_rec.clean and not mismatch
-        poison = None if clean else (req.rid if mismatch else start_rec.poison)
-        ends = chunk_ends(P, start_pos, bs, budget=cfg.max_num_batched_tokens,
-                          long_prefill_threshold=cfg.long_prefill_token_threshold,
-                          uncached_common_prefix=ucp)
-        live = _Live(req, hashes, G, start_pos, start_rec, ends, clean, poison, next_stored)
-        if G and not ext:
-            live.mamba_states[G] = start_rec  # the GPU-hit state block is not null
-        wrong_state = corrupted = False
-        if not clean or cfg.verify_clean:
-            wrong_state, corrupted = self._compute(live)
-        if corrupted:
-            c.corrupted += 1
-            if poison == req.rid:
-                c.corrupted_direct += 1
-            else:
-                c.corrupted_inherited += 1
-        c.wrong_state += wrong_state
-        for i in range(len(ends)):
-            self._push(compute_at + i, _CHUNK, (live, i))
-        self._push(compute_at + len(ends) - 1 + req.reply_len, _FINISH, live)
-        if self.results is not None:
-            self.results.append(RequestResult(req.rid, P, G, ext, names, wrong_state,
-                                              corrupted, poison, lookup_hit, missing))
-        return True
+    def _unadmit(self, live: _Live) -> None:
+        # the request was not scheduled: it will be looked up (and counted) again
+        c, req = self.counters, live.req
+        c.requests -= 1
+        c.prompt_tokens -= req.prompt_len
+        c.gpu_hit_tokens -= live.gpu_hit
+        c.recomputed_tokens -= req.prompt_len - live.gpu_hit
 
-    def _compute(self, live: _Live) -> tuple[bool, bool]:
-        """Run the recurrence from the start state; (wrong state, corrupted output)."""
-        req, bs, rec = live.req, self.cfg.block_size, self.rec
-        tokens, hashes = req.tokens, live.hashes
-        s = live.start_rec
-        v = s.vector if s.vector is not None else self.cold.at(tokens, hashes, s.position)
-        assert s.clean or s.vector is not None
-        pos = live.start_pos
-        if pos % bs == 0 and pos:
-            live.vectors[pos] = v
-        for c in live.ends:
-            v = rec.advance(v, tokens, pos, c, bs)
-            pos = c
-            if c % bs == 0:
-                live.vectors[c] = v
-        cold = self.cold.at(tokens, hashes, req.prompt_len)
-        key = (id(req.seq), req.prompt_len)
-        cold_out = self._cold_out.get(key)
-        if cold_out is None:
-            cold_out = rec.greedy(cold, self.cfg.check_tokens)
-            if len(self._cold_out) > 100_000:
-                self._cold_out.clear()
-            self._cold_out[key] = cold_out
-        wrong = not np.array_equal(v, cold)
-        corrupted = rec.greedy(v, self.cfg.check_tokens) != cold_out
-        if live.clean and (wrong or corrupted):
-            raise AssertionError(f"request {req.rid}: a clean path diverged from cold")
-        return wrong, corrupted
+    def _start(self, live: _Live) -> None:
+        self._prefilling.append(live)
+        if not live.clean or self.cfg.verify_clean:
+            s = live.start_rec
+            v = s.vector if s.vector is not None else self.cold.at(
+                live.req.tokens, live.hashes, s.position)
+            live.vector = v
+            if live.start_pos % self.cfg.block_size == 0 and live.start_pos:
+                live.vectors[live.start_pos] = v
+
+    # -- a scheduled chunk -------------------------------------------------------------
 
     def _record(self, live: _Live, pos: int) -> StateRecord:
         if live.clean:
             return StateRecord(pos)
-        return StateRecord(pos, False, live.vectors[pos], live.poison)
+        return StateRecord(pos, False, live.vectors[pos], live.poison, live.cause)
 
-    # -- effects of a scheduled chunk ----------------------------------------------------
-
-    def _chunk(self, live: _Live, i: int, now: int) -> None:
+    def _run_chunk(self, live: _Live, end: int, now: int) -> None:
         cfg = self.cfg
         bs, mg = cfg.block_size, cfg.mamba_group
-        end = live.ends[i]
-        prev = live.ends[i - 1] if i else live.gpu_hit
         hashes = live.hashes
+        first = live.pos == live.start_pos
+        prev = live.gpu_hit if first else live.pos
+        if live.vector is not None:
+            live.vector = self.rec.advance(live.vector, live.req.tokens, live.pos, end, bs)
+            if end % bs == 0:
+                live.vectors[end] = live.vector
+        live.pos = end
         for g in range(cfg.attention_groups):
             for b in range(prev // bs, end // bs):
                 self.gpu.insert((g, hashes[b]), None)
-        if i == 0 and live.start_pos != live.gpu_hit and live.start_pos % bs == 0:
-            # the loaded state block is hashed once the load completes
+        if first and live.start_pos != live.gpu_hit and live.start_pos % bs == 0:
+            # the loaded state block is hashed once the load has completed
             rec = live.start_rec
             if rec.position != live.start_pos:
                 rec = self._record(live, live.start_pos)
@@ -292,7 +371,45 @@ class Engine:
             rec = self._record(live, end)
             live.mamba_states[end] = rec
             self.gpu.insert((mg, hashes[end // bs - 1]), rec)
-        self._store(live, min(end, live.req.prompt_len), now)
+        self._store(live, end, now)
+        if end == live.req.prompt_len:
+            self._prefilling.remove(live)
+            self._decoding += 1
+            self._push(now + live.req.reply_len, _FINISH, live)
+            self._judge(live)
+
+    def _judge(self, live: _Live) -> None:
+        """Compare the output with the cold one (only unclean paths can differ)."""
+        c, req = self.counters, live.req
+        wrong = corrupted = False
+        if live.vector is not None:
+            v = live.vector
+            cold = self.cold.at(req.tokens, live.hashes, req.prompt_len)
+            key = (id(req.seq), req.prompt_len)
+            cold_out = self._cold_out.get(key)
+            if cold_out is None:
+                cold_out = self.rec.greedy(cold, self.cfg.check_tokens)
+                if len(self._cold_out) > 100_000:
+                    self._cold_out.clear()
+                self._cold_out[key] = cold_out
+            wrong = not np.array_equal(v, cold)
+            corrupted = self.rec.greedy(v, self.cfg.check_tokens) != cold_out
+            if live.clean and (wrong or corrupted):
+                raise AssertionError(f"request {req.rid}: a clean path diverged from cold")
+        c.wrong_state += wrong
+        if corrupted:
+            c.corrupted += 1
+            if live.inherited:
+                c.corrupted_inherited += 1
+            elif live.cause == "no-partial-state":
+                c.corrupted_direct += 1
+            else:
+                c.corrupted_divergence += 1
+        if self.results is not None:
+            lookup_hit, names, ext, missing = live.result
+            self.results.append(RequestResult(
+                req.rid, req.prompt_len, live.gpu_hit, ext, names, wrong, corrupted,
+                live.poison, lookup_hit, missing, live.cause, live.inherited))
 
     def _store(self, live: _Live, upto: int, now: int) -> None:
         """``_build_store_jobs`` (scheduler.py:831 (721)) for one request and step.
@@ -307,7 +424,7 @@ class Engine:
         """
         cfg = self.cfg
         bs, mg = cfg.block_size, cfg.mamba_group
-        nb = upto // bs
+        nb = min(upto, live.req.prompt_len) // bs
         start = live.next_stored
         if nb <= start:
             return
@@ -329,6 +446,7 @@ class Engine:
         cfg = self.cfg
         bs, mg = cfg.block_size, cfg.mamba_group
         req = live.req
+        self._decoding -= 1
         self._store(live, req.prompt_len, now)  # the store is offered again each step
         if not (req.chat and live.clean):
             # an unclean request decodes other tokens than the trace resends: its
@@ -357,7 +475,9 @@ class Engine:
             recomputed_tokens=c.recomputed_tokens, violations=dict(c.violations),
             wrong_state=c.wrong_state, corrupted=c.corrupted,
             corrupted_direct=c.corrupted_direct, corrupted_inherited=c.corrupted_inherited,
-            model_disagreements=c.model_disagreements,
+            corrupted_divergence=c.corrupted_divergence, dirty_attention=c.dirty_attention,
+            model_disagreements=c.model_disagreements, waiting_steps=c.waiting_steps,
+            steps=self.steps,
             cpu_stored_blocks=self.cpu.stored_blocks, cpu_evictions=self.cpu.evictions,
             cpu_failed_stores=self.cpu.failed_stores, gpu_evictions=self.gpu.evictions,
             wall_s=wall_s)

@@ -76,3 +76,32 @@ def longest_hit(cache: GpuPrefixCache, hashes: Sequence[int], prompt_len: int,
             hit = (i + 1) * block_size
             return GpuHit(hit, rec, max(0, attn_hit - hit))
     return GpuHit(0, None, attn_hit)
+
+
+def per_group_hit(cache: GpuPrefixCache, hashes: Sequence[int], prompt_len: int,
+                  block_size: int, attention_groups: int) -> tuple[GpuHit, int]:
+    """0.24.0's local hit for a hybrid model with a KV connector.
+
+    ``find_longest_cache_hit_per_group`` (kv_cache_coordinator.py:734) looks each group
+    up on its own, and the scheduler passes ``max(per_group_hits)`` to the connector
+    (scheduler.py:683-701, from vLLM PR #44243; vLLM issue #46453). Returns the hit with
+    the Mamba group's own state (at its own, possibly shorter, hit) and the shortest
+    attention hit.
+    """
+    blocks = cache.blocks
+    limit = (prompt_len - 1) // block_size
+    hits = []
+    for g in range(attention_groups):
+        n = 0
+        while n < limit and (g, hashes[n]) in blocks:
+            blocks.move_to_end((g, hashes[n]))
+            n += 1
+        hits.append(n * block_size)
+    mamba_hit, rec = 0, None
+    for i in range(limit - 1, -1, -1):
+        r = blocks.get((attention_groups, hashes[i]))
+        if r is not None:
+            blocks.move_to_end((attention_groups, hashes[i]))
+            mamba_hit, rec = (i + 1) * block_size, r
+            break
+    return GpuHit(max([*hits, mamba_hit]), rec, 0), min(hits, default=0)

@@ -20,6 +20,8 @@ class RequestResult:
     poison: int | None  # the request whose violating load made this state wrong
     lookup_hit: int = 0  # the connector's answer (cpu_hit is 0 when its load would assert)
     missing_load: bool = False  # the load reads a block the store does not hold
+    cause: str | None = None  # why the state is wrong (sim.states.CAUSES), at its origin
+    inherited: bool = False  # the wrong state came from a cache, made by request ``poison``
 
 
 @dataclass
@@ -40,7 +42,10 @@ class Counters:
     corrupted: int = 0
     corrupted_direct: int = 0  # the request's own lookup violated no-partial-state
     corrupted_inherited: int = 0  # it started from a wrong state cached by another request
+    corrupted_divergence: int = 0  # 0.24.0 hybrid: local hit beyond the Mamba hit (#46453)
+    dirty_attention: int = 0  # 0.24.0 hybrid: local hit beyond an attention group's hit
     model_disagreements: int = 0  # a state/hit mismatch the model did not flag, or v.v.
+    waiting_steps: int = 0  # steps requests spent waiting for budget, seats or loads
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,11 @@ class Summary:
     corrupted: int
     corrupted_direct: int
     corrupted_inherited: int
+    corrupted_divergence: int
+    dirty_attention: int
     model_disagreements: int
+    waiting_steps: int
+    steps: int
     cpu_stored_blocks: int
     cpu_evictions: int
     cpu_failed_stores: int

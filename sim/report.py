@@ -27,10 +27,14 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("corrupted", "corrupted outputs"),
     ("corrupted_direct", "  own lookup violated no-partial-state"),
     ("corrupted_inherited", "  from a wrong state cached earlier"),
+    ("corrupted_divergence", "  0.24.0 hybrid local hit past the Mamba hit"),
+    ("dirty_attention", "0.24.0 hybrid local hit past an attention hit"),
     ("model_disagreements", "model/simulator disagreements"),
     ("cpu_stored_blocks", "CPU blocks stored"),
     ("cpu_evictions", "CPU evictions"),
     ("gpu_evictions", "GPU evictions"),
+    ("steps", "engine steps"),
+    ("waiting_steps", "request-steps spent waiting"),
     ("requests_per_s", "requests/s"),
     ("lookups_per_s", "lookups/s"),
 )
@@ -104,6 +108,9 @@ def plot(summaries: Sequence[Summary], path: Path, title: str) -> None:
     ax.bar(x, [s.corrupted_direct for s in summaries], label="own no-partial-state load")
     ax.bar(x, [s.corrupted_inherited for s in summaries],
            bottom=[s.corrupted_direct for s in summaries], label="inherited wrong state")
+    ax.bar(x, [s.corrupted_divergence for s in summaries],
+           bottom=[s.corrupted_direct + s.corrupted_inherited for s in summaries],
+           label="0.24.0 hybrid local-hit divergence")
     ax.bar(x, [s.missing_loads for s in summaries],
            bottom=[s.corrupted for s in summaries], label="load of unstored block", hatch="//")
     ax.set_title("corrupted outputs (and crashing loads)")

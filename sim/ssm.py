@@ -54,11 +54,19 @@ class Recurrence:
 
     def advance(self, h: Vector, tokens: NDArray[np.uint8], start: int, end: int,
                 block_size: int) -> Vector:
-        """The state after tokens[start:end], from ``h`` (the state at ``start``)."""
+        """The state after tokens[start:end], from ``h`` (the state at ``start``).
+
+        Whole blocks go through the closed form, partial blocks token by token, so the
+        result does not depend on where chunks split a partial block.
+        """
         pos = start
         while pos < end:
             nxt = min(end, (pos // block_size + 1) * block_size)
-            h = self._segment(h, tokens[pos:nxt])
+            if pos % block_size == 0 and nxt - pos == block_size:
+                h = self._segment(h, tokens[pos:nxt])
+            else:
+                for tok in tokens[pos:nxt].tolist():
+                    h = self.decay[tok] * h + self.drive[tok]
             pos = nxt
         return h
 

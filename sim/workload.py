@@ -70,7 +70,7 @@ def chat(n: int, seed: int, block_size: int = 16) -> list[Request]:
     out: list[Request] = []
     t = 0
     while len(out) < n:
-        t += int(rng.integers(0, 3))  # a new conversation every ~1 step
+        t += int(rng.integers(0, 12))  # a new conversation every ~5.5 steps
         parts = [systems[int(rng.integers(0, len(systems)))]]
         turns = int(rng.integers(2, 11))
         plan: list[tuple[int, int, int]] = []  # (arrival, prompt_len, reply_len)
