@@ -1,0 +1,378 @@
+"""Drives one vLLM release's real ``OffloadingConnectorScheduler``; runs INSIDE that
+release's virtual environment (``.venvs/vllm-X``), never in the project's Python.
+
+Protocol: one JSON object per line on stdin, one reply per line on the original stdout
+(vLLM's own logging is moved to stderr).  Requests:
+
+  {"op": "info"}                       -> {"version": "0.24.0"}
+  {"op": "run", "case": CASE}          -> RESULT (see ``run_case``)
+  {"op": "bench", "case": CASE, "n": N}-> {"seconds": s, "calls": N, "hit": h}
+  {"op": "quit"}
+
+CASE is built by ``sim.crosscheck.mapping.to_case`` from a scenario: explicit group
+specs, the offload store's answers per (group, offloaded block index), the flags.
+
+Real objects: VllmConfig/CacheConfig/DeviceConfig/KVTransferConfig, KVCacheConfig with
+FullAttentionSpec/SlidingWindowSpec/MambaSpec groups, Request with block hashes from
+vLLM's own block hasher, OffloadingSpec.__init__ (its assertions run), the scheduler,
+KVCacheManager.allocate_slots.  Stand-ins: the OffloadingManager (answers from the
+scenario, records keys) and the worker-side get_handlers (never called).
+
+Version differences are feature-detected in ``Adapter`` (one small class), so the same
+file serves 0.23.0 and 0.24.0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+# The protocol uses the process's original stdout; everything vLLM prints goes to stderr.
+_PROTO = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+os.environ.setdefault("PYTHONHASHSEED", "0")
+
+import torch  # noqa: E402
+import vllm  # noqa: E402
+from vllm.config import (  # noqa: E402
+    CacheConfig,
+    DeviceConfig,
+    KVTransferConfig,
+    VllmConfig,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (  # noqa: E402
+    scheduler as sched_mod,
+)
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager  # noqa: E402
+from vllm.v1.core.kv_cache_utils import (  # noqa: E402
+    get_request_block_hasher,
+    init_none_hash,
+    resolve_kv_cache_block_sizes,
+)
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    MambaSpec,
+    SlidingWindowSpec,
+)
+from vllm.v1.kv_offload import base as offload_base  # noqa: E402
+from vllm.v1.request import Request  # noqa: E402
+
+VERSION = vllm.__version__
+FAKE_JOB_ID = 1 << 40  # stands for a transfer job still in flight (in_flight_transfers)
+
+
+class Adapter:
+    """The per-version differences, found by feature detection (thin on purpose)."""
+
+    # 0.24.0 added OffloadingConnectorScheduler.on_new_request's callers' twin checks
+    # (in-flight transfers, skip_reading_prefix_cache; scheduler.py:662, 673); both
+    # versions have on_new_request and RequestOffloadState.transfer_jobs.
+    has_on_new_request = hasattr(sched_mod.OffloadingConnectorScheduler, "on_new_request")
+    # KVCacheGroupSpec.is_eagle_group exists in both pinned versions, but only the
+    # 0.24.0 scheduler reads it (scheduler.py:169).
+    has_eagle_field = "is_eagle_group" in getattr(KVCacheGroupSpec, "__dataclass_fields__", {})
+
+
+class CpuSpec(offload_base.LoadStoreSpec):
+    @staticmethod
+    def medium() -> str:
+        return "CPU"
+
+
+class ScenarioManager(offload_base.OffloadingManager):
+    """Stand-in manager: answers ``lookup`` from the scenario's store and records keys."""
+
+    def __init__(self) -> None:
+        self.answers: dict[bytes, bool | None] = {}
+        self.names: dict[bytes, tuple[int, int]] = {}
+        self.looked_up: list[bytes] = []
+        self.loaded: list[bytes] | None = None
+
+    def lookup(self, key, req_context):  # type: ignore[no-untyped-def]
+        self.looked_up.append(key)
+        return self.answers.get(key, False)
+
+    def prepare_load(self, keys, req_context):  # type: ignore[no-untyped-def]
+        self.loaded = list(keys)
+        return CpuSpec()
+
+    def prepare_store(self, keys, req_context):  # type: ignore[no-untyped-def]
+        return None
+
+    def on_new_request(self, req_context):  # type: ignore[no-untyped-def]
+        return offload_base.RequestOffloadingContext()
+
+
+class ScenarioSpec(offload_base.OffloadingSpec):
+    """A real OffloadingSpec subclass: the base __init__ (and its assertions) runs."""
+
+    manager: ScenarioManager
+
+    def get_manager(self):  # type: ignore[no-untyped-def]
+        return self.manager
+
+    def get_handlers(self, kv_caches):  # type: ignore[no-untyped-def]
+        raise NotImplementedError("worker side is not exercised by the cross-check")
+
+
+def _kv_spec(g: dict[str, Any]) -> Any:
+    common = dict(block_size=g["block_size"], num_kv_heads=1, head_size=8, dtype=torch.float16)
+    if g["kind"] == "full_attention":
+        return FullAttentionSpec(**common)
+    if g["kind"] == "sliding_window":
+        return SlidingWindowSpec(**common, sliding_window=g["sliding_window"])
+    return MambaSpec(
+        block_size=g["block_size"],
+        shapes=((4, 8),),
+        dtypes=(torch.float16,),
+        mamba_cache_mode=g["mamba_cache_mode"],
+    )
+
+
+def build_configs(case: dict[str, Any]) -> tuple[Any, Any]:
+    groups = case["groups"]
+    sizes = [g["block_size"] for g in groups]
+    cache_kwargs: dict[str, Any] = dict(
+        block_size=min(sizes),  # v1/engine/core.py:309 (0.24.0)
+        enable_prefix_caching=case["enable_prefix_caching"],
+    )
+    if case.get("hash_block_size") is not None:
+        cache_kwargs["hash_block_size"] = case["hash_block_size"]
+    if case.get("mamba_block_size") is not None:
+        cache_kwargs["mamba_block_size"] = case["mamba_block_size"]
+    cache_config = CacheConfig(**cache_kwargs)
+    vllm_config = VllmConfig(
+        device_config=DeviceConfig("cpu"),
+        cache_config=cache_config,
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="OffloadingConnector",
+            kv_role="kv_both",
+            kv_connector_extra_config=dict(case["extra_config"]),
+        ),
+    )
+    # the engine sets this after building the KV-cache config (v1/engine/core.py:309)
+    vllm_config.cache_config.block_size = min(sizes)
+    group_specs = []
+    for i, g in enumerate(groups):
+        kw: dict[str, Any] = dict(layer_names=[f"layer.{i}"], kv_cache_spec=_kv_spec(g))
+        if Adapter.has_eagle_field:
+            kw["is_eagle_group"] = bool(g.get("eagle", False))
+        group_specs.append(KVCacheGroupSpec(**kw))
+    num_blocks = 16 + sum(-(-case["prompt_tokens"] // s) + 2 for s in sizes)
+    kv_cache_config = KVCacheConfig(
+        num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=group_specs
+    )
+    return vllm_config, kv_cache_config
+
+
+_HASH_READY: set[str] = set()
+
+
+def make_request(case: dict[str, Any], vllm_config: Any, kv_cache_config: Any,
+                 req_id: str = "req-0") -> Any:
+    _, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+    algo = vllm_config.cache_config.prefix_caching_hash_algo
+    hash_fn = get_hash_fn_by_name(algo)
+    if algo not in _HASH_READY:  # as EngineCore.__init__ does (v1/engine/core.py:215)
+        init_none_hash(hash_fn)
+        _HASH_READY.add(algo)
+    hasher = get_request_block_hasher(hash_block_size, hash_fn)
+    params = SamplingParams(
+        max_tokens=1, skip_reading_prefix_cache=case["skip_reading_prefix_cache"]
+    )
+    return Request(
+        request_id=req_id,
+        prompt_token_ids=[(7 * t + 3) % 30000 for t in range(case["prompt_tokens"])],
+        sampling_params=params,
+        pooling_params=None,
+        block_hasher=hasher,
+    )
+
+
+def _err(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    tb = traceback.extract_tb(e.__traceback__)
+    where = ""
+    for fr in reversed(tb):
+        if "site-packages/vllm/" in fr.filename:
+            where = f" at vllm/{fr.filename.split('site-packages/vllm/')[1]}:{fr.lineno}"
+            break
+    return f"{type(e).__name__}{where}: {msg}"
+
+
+def setup(case: dict[str, Any]) -> tuple[Any, Any, Any, ScenarioManager, Any]:
+    """Config, spec and scheduler; raises on a start-up refusal."""
+    vllm_config, kv_cache_config = build_configs(case)
+    spec = ScenarioSpec(vllm_config, kv_cache_config)
+    manager = ScenarioManager()
+    spec.manager = manager
+    scheduler = sched_mod.OffloadingConnectorScheduler(spec)
+    return vllm_config, kv_cache_config, spec, manager, scheduler
+
+
+def offload_keys(spec: Any, request: Any) -> dict[bytes, tuple[int, int]]:
+    """Our own offload keys: the block hash at the end of each offloaded block + group."""
+    names: dict[bytes, tuple[int, int]] = {}
+    for g, gpu_bs in enumerate(spec.gpu_block_size):
+        factor = gpu_bs * spec.block_size_factor // spec.hash_block_size
+        for i, h in enumerate(request.block_hashes[factor - 1 :: factor]):
+            names[offload_base.make_offload_key(h, g)] = (g, i)
+    return names
+
+
+def run_case(case: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"version": VERSION, "refused": None}
+    try:
+        vllm_config, kv_cache_config, spec, manager, scheduler = setup(case)
+    except (AssertionError, ValueError, TypeError) as e:
+        out["refused"] = _err(e)
+        return out
+    request = make_request(case, vllm_config, kv_cache_config)
+    names = offload_keys(spec, request)
+    manager.names = names
+    for key, (g, i) in names.items():
+        store = case["store"][g]
+        if i in store["deferred"]:
+            manager.answers[key] = None
+        else:
+            manager.answers[key] = store["stored"] is None or i in store["stored"]
+    if Adapter.has_on_new_request:
+        scheduler.on_new_request(request)
+    if case["being_loaded"] and scheduler._blocks_being_loaded is not None:
+        inv = {v: k for k, v in names.items()}
+        for g, i in case["being_loaded"]:
+            if (g, i) in inv:
+                scheduler._blocks_being_loaded.add(inv[(g, i)])
+    if case["in_flight_transfers"]:
+        scheduler._req_status[request.request_id].transfer_jobs.add(FAKE_JOB_ID)
+    num_computed = case["num_computed_tokens"]
+    t0 = time.perf_counter()
+    try:
+        hit, load_async = scheduler.get_num_new_matched_tokens(request, num_computed)
+    except AssertionError as e:
+        out["lookup_error"] = _err(e)
+        hit, load_async = None, False
+    out["t_lookup"] = time.perf_counter() - t0
+    out["hit"] = hit
+    out["async"] = bool(load_async)
+    out["lookups"] = [list(names.get(k, (-1, -1))) for k in manager.looked_up]
+    # cross-check our keys against the scheduler's own (RequestOffloadState.offload_keys)
+    state = scheduler._req_status[request.request_id]
+    own = [list(gs.offload_keys) for gs in state.group_states]
+    mine = [[k for k, v in sorted(names.items(), key=lambda kv: kv[1][1]) if v[0] == g]
+            for g in range(len(own))]
+    out["keys_ok"] = own == mine
+    out["loads"] = None
+    if hit:
+        out.update(load_plan(case, kv_cache_config, spec, manager, scheduler, request, hit))
+    return out
+
+
+def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: ScenarioManager,
+              scheduler: Any, request: Any, hit: int) -> dict[str, Any]:
+    """Allocate as Scheduler.schedule does for an async load (v1/core/sched/scheduler.py
+    around 874 in 0.24.0) and read the keys update_state_after_alloc passes to
+    prepare_load."""
+    num_computed = case["num_computed_tokens"]
+    vc = spec.vllm_config
+    sched_bs, hash_bs = resolve_kv_cache_block_sizes(kv_cache_config, vc)
+    try:
+        # Caching is on so that the scenario's GPU prefix hit can be represented by cached
+        # blocks; with delay_cache_blocks=True (the async-load path) it has no other effect.
+        kvm = KVCacheManager(
+            kv_cache_config,
+            max_model_len=case["prompt_tokens"] + 64,
+            scheduler_block_size=sched_bs,
+            hash_block_size=hash_bs,
+            enable_caching=True,
+        )
+        # The GPU prefix hit: blocks cached by an earlier request with the same prompt
+        # (BlockPool.cache_full_blocks, then freed), as get_computed_blocks would find.
+        pool = kvm.block_pool
+        computed: list[list[Any]] = []
+        for g, group in enumerate(kv_cache_config.kv_cache_groups):
+            bs = group.kv_cache_spec.block_size
+            n = num_computed // bs
+            blocks = pool.get_new_blocks(n) if n else []
+            if n:
+                pool.cache_full_blocks(request, blocks, 0, n, bs, g)
+            computed.append(blocks)
+        for blocks in computed:
+            pool.free_blocks(list(reversed(blocks)))
+        new_computed = KVCacheBlocks(tuple(computed)) if num_computed else None
+        blocks = kvm.allocate_slots(
+            request,
+            0,
+            num_new_computed_tokens=num_computed,
+            new_computed_blocks=new_computed,
+            num_external_computed_tokens=hit,
+            delay_cache_blocks=True,
+        )
+        if blocks is None:
+            return {"load_error": "allocate_slots returned None (pool too small)"}
+        scheduler.update_state_after_alloc(request, kvm.get_blocks(request.request_id), hit)
+    except AssertionError as e:
+        return {"load_error": _err(e)}
+    loads: list[list[Any]] = [[g, []] for g in range(len(case["groups"]))]
+    unknown = 0
+    for key in manager.loaded or []:
+        name = manager.names.get(key)
+        if name is None:
+            unknown += 1
+        else:
+            loads[name[0]][1].append(name[1])
+    return {"loads": loads, "unknown_load_keys": unknown}
+
+
+def bench(case: dict[str, Any], n: int) -> dict[str, Any]:
+    """A new request per call; building the Request is excluded from the time."""
+    vllm_config, kv_cache_config, spec, manager, scheduler = setup(case)
+    requests = [make_request(case, vllm_config, kv_cache_config, f"b{i}") for i in range(n)]
+    names = offload_keys(spec, requests[0])
+    for key in names:
+        manager.answers[key] = True
+    num_computed = case["num_computed_tokens"]
+    hit = None
+    t0 = time.perf_counter()
+    for r in requests:
+        if Adapter.has_on_new_request:
+            scheduler.on_new_request(r)
+        hit, _ = scheduler.get_num_new_matched_tokens(r, num_computed)
+    dt = time.perf_counter() - t0
+    return {"seconds": dt, "calls": n, "hit": hit}
+
+
+def main() -> None:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        op = msg.get("op")
+        try:
+            if op == "info":
+                reply: dict[str, Any] = {"version": VERSION}
+            elif op == "run":
+                reply = run_case(msg["case"])
+            elif op == "bench":
+                reply = bench(msg["case"], int(msg["n"]))
+            elif op == "quit":
+                break
+            else:
+                reply = {"error": f"unknown op {op!r}"}
+        except Exception as e:  # report, keep serving
+            reply = {"error": _err(e), "traceback": traceback.format_exc()}
+        _PROTO.write(json.dumps(reply) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Per-version virtual environments for the real vLLM schedulers, made on demand and cached.
+
+``ensure_env("0.24.0")`` makes ``.venvs/vllm-0.24.0`` (or ``$CROSSCHECK_VENVS/vllm-0.24.0``)
+with: ``python -m venv``; ``pip install torch==2.13.0`` (pip takes the CPU build from
+this machine's wheel folder; a CUDA build is never asked for); ``pip install --no-deps
+vllm==X``; ``pip install --no-deps -r sim/crosscheck/requirements/vllm-X.txt``.  A stamp
+file records what was installed, so a second call returns at once; a changed
+requirements file rebuilds the environment.  Each step prints a progress line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+REQUIREMENTS = Path(__file__).resolve().parent / "requirements"
+TORCH = "torch==2.13.0"
+STAMP = ".crosscheck-ready"
+VERSIONS = ("0.23.0", "0.24.0")
+
+
+def venvs_dir() -> Path:
+    return Path(os.environ.get("CROSSCHECK_VENVS", ROOT / ".venvs"))
+
+
+def env_dir(version: str) -> Path:
+    return venvs_dir() / f"vllm-{version}"
+
+
+def env_python(version: str) -> Path:
+    return env_dir(version) / "bin" / "python"
+
+
+def requirements_file(version: str) -> Path:
+    path = REQUIREMENTS / f"vllm-{version}.txt"
+    if not path.exists():
+        known = sorted(p.stem.removeprefix("vllm-") for p in REQUIREMENTS.glob("vllm-*.txt"))
+        raise ValueError(f"no requirements for vLLM {version} (known: {', '.join(known)})")
+    return path
+
+
+def stamp_text(version: str) -> str:
+    """What a ready environment's stamp holds: the recipe, so a new recipe rebuilds."""
+    digest = hashlib.sha256()
+    for path in (requirements_file(version), REQUIREMENTS / "common.txt"):
+        digest.update(path.read_bytes())
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return f"vllm=={version} {TORCH} python{py} req-sha256={digest.hexdigest()[:16]}\n"
+
+
+def is_ready(version: str) -> bool:
+    stamp = env_dir(version) / STAMP
+    return stamp.exists() and stamp.read_text() == stamp_text(version)
+
+
+def _say(msg: str) -> None:
+    print(f"[crosscheck env] {msg}", file=sys.stderr, flush=True)
+
+
+def _pip(version: str, *args: str) -> None:
+    cmd = [str(env_python(version)), "-m", "pip", "install", "-q", *args]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # pip's notes about the local index folders are noise; show the rest on failure
+    lines = [ln for ln in proc.stdout.splitlines() if "is ignored: it is neither" not in ln]
+    if proc.returncode != 0:
+        sys.stderr.write("\n".join(lines) + "\n")
+        raise RuntimeError(f"pip install {' '.join(args)} failed for vLLM {version}")
+
+
+def ensure_env(version: str, *, rebuild: bool = False) -> Path:
+    """Make (or reuse) the environment for ``version``; returns its python."""
+    if not rebuild and is_ready(version):
+        return env_python(version)
+    req = requirements_file(version)
+    target = env_dir(version)
+    start = time.monotonic()
+    if target.exists():
+        _say(f"vLLM {version}: rebuilding {target}")
+        shutil.rmtree(target)
+    steps = [
+        ("venv", lambda: subprocess.run(
+            [sys.executable, "-m", "venv", str(target)], check=True)),
+        (TORCH + " (CPU)", lambda: _pip(version, TORCH)),
+        (f"vllm=={version} --no-deps", lambda: _pip(version, "--no-deps", f"vllm=={version}")),
+        (f"{req.name} --no-deps", lambda: _pip(version, "--no-deps", "-r", str(req))),
+    ]
+    for i, (name, step) in enumerate(steps, 1):
+        t = time.monotonic()
+        _say(f"vLLM {version}: step {i}/{len(steps)} {name} ...")
+        step()
+        _say(f"vLLM {version}: step {i}/{len(steps)} done in {time.monotonic() - t:.0f}s")
+    check = subprocess.run(
+        [str(env_python(version)), "-c",
+         "import torch, vllm, sys; "
+         "sys.stdout.write(vllm.__version__ + ' torch ' + torch.__version__)"],
+        capture_output=True, text=True,
+    )
+    if check.returncode != 0 or not check.stdout.startswith(version):
+        sys.stderr.write(check.stderr[-2000:])
+        raise RuntimeError(f"environment for vLLM {version} does not import vllm {version}")
+    (target / STAMP).write_text(stamp_text(version))
+    _say(f"vLLM {version}: ready ({check.stdout}) in {time.monotonic() - start:.0f}s")
+    return env_python(version)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m sim.crosscheck.envs",
+                                 description="make the per-version vLLM environments")
+    ap.add_argument("--vllm", default=",".join(VERSIONS), help="comma-separated versions")
+    ap.add_argument("--rebuild", action="store_true")
+    args = ap.parse_args(argv)
+    for v in args.vllm.split(","):
+        py = ensure_env(v.strip(), rebuild=args.rebuild)
+        _say(f"vLLM {v}: {py}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
