@@ -1,0 +1,5 @@
+import sys
+
+from sim.crosscheck.cli import main
+
+sys.exit(main())

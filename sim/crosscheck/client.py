@@ -1,0 +1,76 @@
+"""The main-process side of the harness: one subprocess per vLLM version, JSON lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import IO, Any
+
+from sim.crosscheck.envs import ROOT, ensure_env
+
+HARNESS = Path(__file__).resolve().parent / "adapters" / "harness.py"
+
+
+class HarnessError(RuntimeError):
+    pass
+
+
+class RealScheduler:
+    """A running harness for one version: ``run(case)`` returns the real result dict."""
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+        python = ensure_env(version)
+        env = dict(os.environ, PYTHONHASHSEED="0", VLLM_LOGGING_LEVEL="ERROR",
+                   TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="")
+        self._log: IO[str] = tempfile.NamedTemporaryFile(
+            "w+", prefix=f"crosscheck-{version}-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [str(python), str(HARNESS)], cwd=ROOT, env=env, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, bufsize=1,
+        )
+        info = self._call({"op": "info"})
+        if info.get("version") != version:
+            raise HarnessError(f"harness for {version} reports {info!r}")
+
+    def _call(self, msg: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(msg) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            self._log.flush()
+            tail = Path(self._log.name).read_text()[-3000:]
+            raise HarnessError(f"harness for vLLM {self.version} died:\n{tail}")
+        reply: dict[str, Any] = json.loads(line)
+        if "error" in reply:
+            raise HarnessError(f"vLLM {self.version}: {reply['error']}\n"
+                               f"{reply.get('traceback', '')}")
+        return reply
+
+    def run(self, case: dict[str, Any]) -> dict[str, Any]:
+        return self._call({"op": "run", "case": case})
+
+    def bench(self, case: dict[str, Any], n: int) -> dict[str, Any]:
+        return self._call({"op": "bench", "case": case, "n": n})
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+        self._log.close()
+        os.unlink(self._log.name)
+
+    def __enter__(self) -> RealScheduler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,86 @@
+"""Compare the model's ``Outcome`` with the real scheduler's result (pure)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from model.evaluate import Outcome, evaluate
+from model.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class ModelView:
+    """The model's answer in the harness's terms."""
+
+    refused: str | None
+    hit: int | None
+    lookups: tuple[tuple[int, int], ...]
+    loads: dict[int, tuple[int, ...]] | None  # None: no load (hit 0, deferred, refused)
+    assertion: str | None
+    # the model refused the request only for a precondition a real engine always meets
+    # (GPU hit shape); the comparison then uses the model run without it (enforce=False)
+    precondition: str | None = None
+    seconds: float = 0.0  # the model's lookup time (start-up excluded, as for the real)
+
+
+def model_view(s: Scenario, semantics: str) -> ModelView:
+    out: Outcome = evaluate(s, semantics)
+    precondition = None
+    if out.refused is not None:
+        relaxed = evaluate(s, semantics, enforce=False)
+        if relaxed.refused is None:
+            precondition, out = out.refused, relaxed
+    seconds = 0.0
+    if out.refused is None and out.layout is not None:
+        from model.lookup import get_num_new_matched_tokens
+        from model.semantics import get_semantics
+
+        sem = get_semantics(semantics)
+        t0 = time.perf_counter()
+        get_num_new_matched_tokens(out.layout, s, sem)
+        seconds = time.perf_counter() - t0
+    loads = None
+    if out.refused is None and out.hit_tokens:
+        loads = {gl.group: tuple(gl.blocks) for gl in out.loads}
+    return ModelView(out.refused, out.hit_tokens, tuple(out.lookups), loads,
+                     out.assertion, precondition, seconds)
+
+
+@dataclass
+class Verdict:
+    agree: bool
+    diffs: list[str] = field(default_factory=list)
+    harness_problem: str | None = None
+
+
+def compare(model: ModelView, real: dict[str, Any], *, check_lookups: bool = True) -> Verdict:
+    diffs: list[str] = []
+    if not real.get("keys_ok", True) or real.get("unknown_load_keys"):
+        return Verdict(False, ["offload keys differ from the scheduler's own"],
+                       "the harness's offload keys do not match RequestOffloadState's")
+    real_refused = real.get("refused")
+    if (model.refused is None) != (real_refused is None):
+        diffs.append(f"refused: model {model.refused!r} vs real {real_refused!r}")
+        return Verdict(False, diffs)
+    if real_refused is not None:
+        return Verdict(True)
+    if real.get("lookup_error"):
+        diffs.append(f"real lookup tripped {real['lookup_error']}")
+    if model.hit != real["hit"]:
+        diffs.append(f"hit: model {model.hit} vs real {real['hit']}")
+    if check_lookups:
+        real_lookups = tuple(tuple(x) for x in real["lookups"])
+        if model.lookups != real_lookups:
+            diffs.append(f"lookups: model {list(model.lookups)} vs real "
+                         f"{[list(x) for x in real_lookups]}")
+    real_error = real.get("load_error")
+    if (model.assertion is None) != (real_error is None):
+        diffs.append(f"load assertion: model {model.assertion!r} vs real {real_error!r}")
+    elif real_error is None and model.hit == real["hit"]:
+        real_loads = (None if real["loads"] is None
+                      else {g: tuple(blocks) for g, blocks in real["loads"]})
+        if model.loads != real_loads:
+            diffs.append(f"load plan: model {model.loads} vs real {real_loads}")
+    return Verdict(not diffs, diffs)

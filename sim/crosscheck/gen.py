@@ -1,0 +1,94 @@
+"""Hypothesis strategy for scenarios the cross-check feeds to both sides.
+
+Covers every group kind (full attention, sliding window, Mamba in modes align / none /
+all), 1-4 groups with block sizes that share a common unit (1-64 tokens), offloaded
+block size factors 1-4, prompts up to ~300 tokens, GPU prefix hits, stores with holes,
+deferred lookups, blocks being loaded, EAGLE groups, and the request flags.  Layouts a
+release refuses at start-up are generated on purpose (mixed block sizes with a factor,
+Mamba groups of different sizes, hash_block_size overrides).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import strategies as st
+
+from model.scenario import Scenario, parse_scenario
+
+UNITS = (1, 2, 4, 8, 16)
+MULTIPLES = (1, 2, 3, 4)
+
+
+def _blocks(draw: st.DrawFn, n: int, p_all: float) -> Any:
+    """A store: "all", or a subset of 0..n-1 with holes (as a sorted list)."""
+    if draw(st.floats(0, 1)) < p_all:
+        return "all"
+    mode = draw(st.sampled_from(["dense", "sparse", "prefix", "suffix"]))
+    if mode == "prefix":
+        k = draw(st.integers(0, n))
+        return list(range(k))
+    if mode == "suffix":
+        k = draw(st.integers(0, n))
+        return list(range(k, n))
+    keep = 0.85 if mode == "dense" else 0.35
+    return [i for i in range(n) if draw(st.floats(0, 1)) < keep]
+
+
+def _few(draw: st.DrawFn, n: int, p: float) -> list[int]:
+    if n == 0 or draw(st.floats(0, 1)) >= p:
+        return []
+    return sorted(set(draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3))))
+
+
+@st.composite
+def scenario_dicts(draw: st.DrawFn, semantics: str = "vllm-0.24.0") -> dict[str, Any]:
+    unit = draw(st.sampled_from(UNITS))
+    n_groups = draw(st.integers(1, 4))
+    same = draw(st.booleans())
+    first = draw(st.sampled_from(MULTIPLES))
+    multiples = [first if same else draw(st.sampled_from(MULTIPLES)) for _ in range(n_groups)]
+    factor = draw(st.sampled_from([1, 1, 1, 2, 3, 4]))
+    prompt = draw(st.integers(1, 300))
+    sizes = [unit * m for m in multiples]
+    lcm = math.lcm(*sizes)
+    computed = 0
+    if prompt > lcm and draw(st.floats(0, 1)) < 0.3:
+        computed = lcm * draw(st.integers(0, (prompt - 1) // lcm))
+    groups = []
+    for size in sizes:
+        kind = draw(st.sampled_from(["full_attention", "sliding_window", "mamba"]))
+        obs = size * factor
+        n_blocks = prompt // obs + 1
+        g: dict[str, Any] = {"kind": kind, "gpu_block_size": size}
+        if kind == "sliding_window":
+            g["sliding_window"] = draw(st.integers(1, 4 * obs))
+        if kind == "mamba":
+            g["mamba_cache_mode"] = draw(st.sampled_from(["align", "align", "none", "all"]))
+        g["stored"] = _blocks(draw, n_blocks, 0.3)
+        g["deferred"] = _few(draw, n_blocks, 0.15)
+        g["being_loaded"] = _few(draw, n_blocks, 0.15)
+        if kind != "mamba" and draw(st.floats(0, 1)) < 0.15:
+            g["eagle"] = True
+        groups.append(g)
+    out: dict[str, Any] = {
+        "semantics": semantics,
+        "block_size_factor": factor,
+        "prompt_tokens": prompt,
+        "num_computed_tokens": computed,
+        "groups": groups,
+    }
+    if draw(st.floats(0, 1)) < 0.1:
+        out["enable_prefix_caching"] = False
+    if draw(st.floats(0, 1)) < 0.07:
+        out["skip_reading_prefix_cache"] = True
+    if draw(st.floats(0, 1)) < 0.07:
+        out["in_flight_transfers"] = True
+    if n_groups > 1 and draw(st.floats(0, 1)) < 0.05:
+        out["hash_block_size"] = draw(st.sampled_from([1, unit, 2 * unit]))
+    return out
+
+
+def scenarios(semantics: str = "vllm-0.24.0") -> st.SearchStrategy[Scenario]:
+    return scenario_dicts(semantics).map(parse_scenario)

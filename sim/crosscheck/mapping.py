@@ -1,0 +1,72 @@
+"""Scenario -> the explicit case the in-venv harness runs (pure; no vLLM import).
+
+The harness turns a case into real vLLM objects (``adapters/harness.py``):
+
+- each group -> a ``KVCacheGroupSpec`` with ``FullAttentionSpec`` / ``SlidingWindowSpec`` /
+  ``MambaSpec(mamba_cache_mode=...)`` of ``block_size = gpu_block_size`` and
+  ``is_eagle_group = eagle``;
+- ``block_size_factor != 1`` -> ``kv_connector_extra_config["block_size"] =
+  gpu_block_size * block_size_factor`` (``OffloadingSpec.__init__``, v1/kv_offload/base.py:503
+  in 0.24.0, derives the factor back from it and asserts one GPU block size);
+- ``enable_prefix_caching``, ``hash_block_size`` and ``mamba_block_size`` -> ``CacheConfig``;
+  ``cache_config.block_size`` = the smallest group block size (v1/engine/core.py:309);
+- ``stored`` / ``deferred`` -> what the stand-in manager's ``lookup`` answers per
+  (group, offloaded block index): deferred -> None, stored -> True, else False;
+- ``being_loaded`` -> those blocks' offload keys in ``_blocks_being_loaded``;
+- ``in_flight_transfers`` -> a fake job id in the request state's ``transfer_jobs``;
+- ``skip_reading_prefix_cache`` -> ``SamplingParams(skip_reading_prefix_cache=True)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from model.scenario import Scenario
+
+
+def offloaded_block_size(s: Scenario, group: int) -> int:
+    return s.groups[group].gpu_block_size * s.block_size_factor
+
+
+def extra_config(s: Scenario) -> dict[str, Any]:
+    if s.block_size_factor == 1:
+        return {}
+    # with several GPU block sizes the spec refuses whatever we pass (base.py:507)
+    return {"block_size": s.groups[0].gpu_block_size * s.block_size_factor}
+
+
+def to_case(s: Scenario) -> dict[str, Any]:
+    """The JSON-able case for one scenario (the semantics field is not used here)."""
+    groups = []
+    store = []
+    being_loaded: list[list[int]] = []
+    for i, g in enumerate(s.groups):
+        groups.append({
+            "kind": g.kind,
+            "block_size": g.gpu_block_size,
+            "sliding_window": g.sliding_window,
+            "mamba_cache_mode": g.mamba_cache_mode,
+            "eagle": g.eagle,
+        })
+        store.append({
+            "stored": None if g.stored is None else sorted(g.stored),
+            "deferred": sorted(g.deferred),
+        })
+        being_loaded.extend([i, b] for b in sorted(g.being_loaded))
+    return {
+        "groups": groups,
+        "extra_config": extra_config(s),
+        "enable_prefix_caching": s.enable_prefix_caching,
+        "hash_block_size": s.hash_block_size,
+        "mamba_block_size": s.mamba_block_size,
+        "prompt_tokens": s.prompt_tokens,
+        "num_computed_tokens": s.num_computed_tokens,
+        "store": store,
+        "being_loaded": being_loaded,
+        "in_flight_transfers": s.in_flight_transfers,
+        "skip_reading_prefix_cache": s.skip_reading_prefix_cache,
+    }
+
+
+def semantics_for(version: str) -> str:
+    return f"vllm-{version}"

@@ -1,0 +1,103 @@
+"""Fast tests of the cross-check's pure parts (no vLLM environment needed)."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+
+from model.scenario import parse_scenario, scenario_to_json
+from sim.crosscheck import envs
+from sim.crosscheck.compare import ModelView, compare, model_view
+from sim.crosscheck.gen import scenario_dicts
+from sim.crosscheck.mapping import to_case
+
+SEED = {
+    "semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 32,
+    "num_computed_tokens": 0,
+    "groups": [{"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
+                "stored": "all"}],
+}
+
+
+def test_case_maps_groups_store_and_flags() -> None:
+    raw = {
+        "semantics": "vllm-0.24.0", "block_size_factor": 2, "prompt_tokens": 100,
+        "num_computed_tokens": 32, "in_flight_transfers": True,
+        "skip_reading_prefix_cache": True, "enable_prefix_caching": False,
+        "groups": [
+            {"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 48,
+             "eagle": True, "stored": [2, 1], "deferred": [3], "being_loaded": [1]},
+            {"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
+             "stored": "all"},
+        ],
+    }
+    case = to_case(parse_scenario(raw))
+    assert case["extra_config"] == {"block_size": 32}
+    assert case["groups"][0] == {"kind": "sliding_window", "block_size": 16,
+                                 "sliding_window": 48, "mamba_cache_mode": None,
+                                 "eagle": True}
+    assert case["groups"][1]["mamba_cache_mode"] == "align"
+    assert case["store"] == [{"stored": [1, 2], "deferred": [3]},
+                             {"stored": None, "deferred": []}]
+    assert case["being_loaded"] == [[0, 1]]
+    assert case["in_flight_transfers"] and case["skip_reading_prefix_cache"]
+    assert case["enable_prefix_caching"] is False
+    assert case["prompt_tokens"] == 100 and case["num_computed_tokens"] == 32
+    json.dumps(case)  # the harness protocol is JSON
+
+
+def test_factor_one_passes_no_offloaded_block_size() -> None:
+    assert to_case(parse_scenario(SEED))["extra_config"] == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenario_dicts())
+def test_generated_scenarios_parse_round_trip_and_map(raw: dict) -> None:
+    s = parse_scenario(raw)
+    assert parse_scenario(scenario_to_json(s)) == s
+    case = to_case(s)
+    assert len(case["groups"]) == len(case["store"]) == len(s.groups)
+    json.dumps(case)
+
+
+def _real(**kw: object) -> dict:
+    base = {"refused": None, "hit": 16, "lookups": [[0, 0]], "keys_ok": True,
+            "loads": [[0, [0]]], "unknown_load_keys": 0}
+    base.update(kw)
+    return base
+
+
+def test_compare_seed_model_against_recorded_real_results() -> None:
+    s = parse_scenario(SEED)
+    assert compare(model_view(s, "vllm-0.24.0"), _real()).agree
+    # the real 0.23.0 scheduler hits 31 tokens and loads block 1 on the seed
+    real23 = _real(hit=31, lookups=[[0, 1]], loads=[[0, [1]]])
+    assert compare(model_view(s, "vllm-0.23.0"), real23).agree
+    v = compare(model_view(s, "vllm-0.24.0"), real23)
+    assert not v.agree and any(d.startswith("hit:") for d in v.diffs)
+
+
+def test_compare_refusals_and_harness_problems() -> None:
+    mv = ModelView("refused by base.py:507", None, (), None, None)
+    assert compare(mv, {"refused": "AssertionError at vllm/...: x", "keys_ok": True}).agree
+    assert not compare(mv, _real()).agree
+    ok = ModelView(None, 16, ((0, 0),), {0: (0,)}, None)
+    v = compare(ok, _real(keys_ok=False))
+    assert not v.agree and v.harness_problem
+    assert not compare(ok, _real(lookups=[[0, 1]])).agree
+    assert compare(ok, _real(lookups=[[0, 1]]), check_lookups=False).agree
+    assert not compare(ok, _real(loads=[[0, [1]]])).agree
+    assert not compare(ok, _real(load_error="AssertionError")).agree
+
+
+def test_env_recipe_names_pinned_requirements() -> None:
+    for v in envs.VERSIONS:
+        text = envs.requirements_file(v).read_text()
+        assert "-r common.txt" in text
+        assert envs.stamp_text(v).startswith(f"vllm=={v} torch==2.13.0")
+    common = (envs.REQUIREMENTS / "common.txt").read_text().splitlines()
+    pins = [ln for ln in common if ln and not ln.startswith("#")]
+    assert pins and all("==" in ln for ln in pins)
+    assert not any(ln.startswith(("torch", "vllm")) for ln in pins)
+    assert "gguf" in envs.requirements_file("0.23.0").read_text()
