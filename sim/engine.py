@@ -248,12 +248,21 @@ class Engine:
             c.violations[name] += 1
         if out.refused is None and out.hit_tokens is None:
             c.deferred += 1
+            self._touch(hashes, P, hit.tokens // bs)  # touched even when deferred
             return None, hit, hashes
         c.refused += out.refused is not None
         c.assertions += out.assertion is not None
         if min_attn < hit.tokens:
             c.dirty_attention += 1  # attention blocks past their own hit (vLLM #46453)
         return out, hit, hashes
+
+    def _touch(self, hashes: list[int], prompt_len: int, hit_blocks: int) -> None:
+        """The connector's ``_touch`` after every lookup (scheduler.py:679 (569), :433):
+        every key of attention groups, a Mamba group's keys from its last hit block."""
+        cfg = self.cfg
+        mg, nb = cfg.mamba_group, prompt_len // cfg.block_size
+        self.cpu.touch([(g, hashes[b]) for g in range(cfg.num_groups)
+                        for b in range(max(0, hit_blocks - 1) if g == mg else 0, nb)])
 
     def _load_keys(self, live: _Live, out: Outcome) -> list[tuple[int, int]]:
         return [(ld.group, live.hashes[b]) for ld in out.loads for b in ld.blocks]
@@ -267,10 +276,7 @@ class Engine:
         names = tuple(sorted({v.invariant for v in out.violations}))
         ext = lookup_hit = out.hit_tokens or 0
         entries = self.cpu.entries
-        # the connector touches the request's keys after the lookup (scheduler.py:679 (569))
-        hit_blocks = (G + ext) // bs
-        self.cpu.touch([(g, hashes[b]) for g in range(cfg.num_groups)
-                        for b in range(max(0, hit_blocks - 1) if g == mg else 0, P // bs)])
+        self._touch(hashes, P, (G + ext) // bs)
         start_rec = hit.state or ZERO
         next_stored = 0
         missing = False
