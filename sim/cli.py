@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     rr.add_argument("--semantics", required=True)
     rr.add_argument("--lengths", required=True, help="A-B, inclusive")
     rr.add_argument("--json", action="store_true", help="one JSON object per line")
+    rr.add_argument("--keep-gpu-cache", action="store_true",
+                    help="do not clear the GPU prefix cache before the second send (control "
+                         "run; --json then adds gpu_hit_tokens)")
     _engine_flags(rr, 128)
     return p
 
@@ -144,16 +147,17 @@ def _rerun(a: argparse.Namespace) -> int:
     if not a.json:
         print(f"semantics {names[0]}, block {config.block_size}, "
               f"{config.attention_groups} attention group(s) + Mamba align")
-        print("length  hit  corrupted  stored Mamba blocks  violations")
+        print("length  GPU hit  hit  corrupted  stored Mamba blocks  violations / cause")
     for n in lengths:
-        r = rerun_one(n, names[0], config)
+        r = rerun_one(n, names[0], config, keep_gpu_cache=a.keep_gpu_cache)
         if a.json:
-            print(json.dumps(r.to_json()))
+            print(json.dumps(r.to_json(with_gpu_hit=a.keep_gpu_cache)))
         else:
-            print(f"{n:6d} {r.hit_tokens:4d}  {str(r.corrupted).lower():9s}  "
-                  f"{','.join(map(str, r.stored_blocks)) or '-':19s}  "
-                  f"{','.join(r.violations) or '-'}"
-                  f"{'  (vLLM asserts: load of an unstored block)' if r.missing_load else ''}")
+            why = ",".join(r.violations) or (r.cause or "-")
+            if r.missing_load:
+                why += "  (vLLM asserts: load of an unstored block)"
+            print(f"{n:6d} {r.gpu_hit:8d} {r.hit_tokens:4d}  {str(r.corrupted).lower():9s}  "
+                  f"{','.join(map(str, r.stored_blocks)) or '-':19s}  {why}")
     return 0
 
 

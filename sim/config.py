@@ -21,7 +21,7 @@ class EngineConfig:
     load_latency: tuple[int, int] = (1, 4)
     # cache_config.mamba_block_size as alt-cache-config-block-size reads it (None: correct)
     cache_mamba_block_size: int | None = None
-    check_tokens: int = 32  # greedy tokens compared between the cold and the warm run
+    check_tokens: int = 64  # greedy tokens compared between the cold and the warm run
     verify_clean: bool = False  # also compute clean paths numerically and check them
     seed: int = 0  # latencies
 

@@ -34,7 +34,7 @@ class Recurrence:
     @staticmethod
     def make(seed: int = 20240612) -> Recurrence:
         rng = np.random.default_rng(seed)
-        decay = 1.0 / (1.0 + np.exp(-(2.0 + rng.normal(size=(VOCAB, STATE_DIM)))))
+        decay = 1.0 / (1.0 + np.exp(-(3.0 + rng.normal(size=(VOCAB, STATE_DIM)))))
         return Recurrence(decay, rng.normal(size=(VOCAB, STATE_DIM)),
                           rng.normal(size=(VOCAB, STATE_DIM)))
 

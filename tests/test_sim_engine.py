@@ -164,3 +164,22 @@ def test_rerun_alternatives() -> None:
     r = rerun_one(32, "alt-cache-config-block-size", stale)
     assert r.hit_tokens == 24 and r.violations == ("no-partial-state",) and r.wrong_state
     assert rerun_one(32, "alt-cache-config-block-size", EngineConfig()).hit_tokens == 0
+
+
+def test_rerun_keeping_the_gpu_cache_matches_the_control_runs() -> None:
+    # the GPU check's control runs (second send served from the GPU prefix cache):
+    # pure Mamba: GPU hit 16/0/32/0/0 at 18/32/33/48/80, nothing diverges; hybrid on
+    # 0.24.0 with a connector: the local hit is the attention hit (16/16/32/32/64) and
+    # the boundary lengths diverge (the per-group local hit, vLLM #46453 family)
+    lengths = (18, 32, 33, 48, 64, 80)
+    pure = [rerun_one(n, "vllm-0.24.0", EngineConfig(), keep_gpu_cache=True) for n in lengths]
+    assert [r.gpu_hit for r in pure] == [16, 0, 32, 0, 0, 0]
+    assert not any(r.corrupted for r in pure)
+    hybrid = [rerun_one(n, "vllm-0.24.0", EngineConfig(attention_groups=1), keep_gpu_cache=True)
+              for n in lengths]
+    assert [r.gpu_hit for r in hybrid] == [16, 16, 32, 32, 48, 64]
+    assert [r.corrupted for r in hybrid] == [False, True, False, True, True, True]
+    assert {r.cause for r in hybrid if r.corrupted} == {"local-hit-divergence"}
+    old = [rerun_one(n, "vllm-0.23.0", EngineConfig(attention_groups=1), keep_gpu_cache=True)
+           for n in lengths]
+    assert [r.gpu_hit for r in old] == [16, 0, 32, 0, 0, 0]
