@@ -33,7 +33,7 @@ def run_one(spec: RunSpec, semantics: str, counter: Any = None) -> Summary:
     engine = Engine(spec.config, semantics, workload=spec.workload)
 
     def progress(done: int) -> None:
-        if counter is not None and done % 256 == 0:
+        if counter is not None:
             counter.value = done
 
     summary = engine.run(trace, progress)
