@@ -82,7 +82,7 @@ def _table(title: str, prompts: list[int], groups: list[int],
                                            for g in groups)
     lines = [title, head, "-" * len(head)]
     for p in prompts:
-        cells = [f"{rates[(p, g)]:>10,.0f} ({base / rates[(p, g)]:5.2f}x)".rjust(20)
+        cells = [f"{rates[(p, g)]:>10,.0f} ({base / rates[(p, g)]:6.2f}x)".rjust(20)
                  for g in groups]
         lines.append(f"{p:>7} | " + " | ".join(cells))
     return "\n".join(lines)
