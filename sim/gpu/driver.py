@@ -326,6 +326,19 @@ def main(argv: list[str] | None = None) -> int:
                hf_lengths)
 
 
+def hf_greedy(model: Any, prompt: list[int], max_tokens: int, device: str) -> list[int]:
+    """Greedy tokens by full forward passes: no cache, and, like vLLM with ignore_eos,
+    no suppression of the EOS token (``generate(min_new_tokens=...)`` would suppress it)."""
+    import torch
+
+    seq = list(prompt)
+    with torch.no_grad():
+        for _ in range(max_tokens):
+            logits = model(torch.tensor([seq], device=device)).logits[0, -1]
+            seq.append(int(torch.argmax(logits)))
+    return seq[len(prompt):]
+
+
 def hf_check(model_dir: str, result: dict[str, Any], prompts: dict[int, list[int]],
              lengths: list[int], max_tokens: int, device: str = "cuda") -> None:
     """Greedy output of the same weights under transformers, next to vLLM's two outputs."""
@@ -336,11 +349,7 @@ def hf_check(model_dir: str, result: dict[str, Any], prompts: dict[int, list[int
         model_dir, dtype=torch.float32).to(device).eval()
     rows = {r["length"]: r for r in result["lengths"]}
     for length in lengths:
-        ids = torch.tensor([prompts[length]], device=device)
-        with torch.no_grad():
-            out = model.generate(ids, max_new_tokens=max_tokens, min_new_tokens=max_tokens,
-                                 do_sample=False)
-        toks = out[0, ids.shape[1]:].tolist()
+        toks = hf_greedy(model, prompts[length], max_tokens, device)
         row = rows[length]
         row["hf_tokens"] = toks
         row["hf_first_diff_cold"] = first_diff(toks, row["cold_tokens"])

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = "sim-gpu-result/1"
+HF_SCHEMA = "sim-gpu-hf-reference/1"
 RESULTS = Path(__file__).resolve().parent / "results"
 NO_PARTIAL_STATE = "no-partial-state"
 KEY_LENGTHS = (17, 31, 32, 33, 47, 48, 49, 63, 64, 65, 79, 80)
@@ -54,6 +55,8 @@ class Row:
     connector_hit: int | None
     num_computed_tokens: int | None
     stored: tuple[tuple[int, ...], ...] | None
+    cold_tokens: tuple[int, ...] = ()
+    hot_tokens: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,13 @@ def _opt_int(d: dict[str, Any], key: str, where: str) -> int | None:
     return v
 
 
+def _tokens(d: dict[str, Any], key: str, where: str) -> tuple[int, ...]:
+    v = _get(d, key, list, where)
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
+        raise ResultError(f"{where}{key}: expected a list of token ids")
+    return tuple(v)
+
+
 def parse_result(d: Any, name: str) -> Case:
     """A driver result (parsed JSON) -> Case; ResultError names the bad field."""
     if not isinstance(d, dict):
@@ -176,7 +186,7 @@ def parse_result(d: Any, name: str) -> Case:
         rows.append(Row(_get(r, "length", int, w), _get(r, "equal", bool, w),
                         _opt_int(r, "first_diff", w), _get(r, "num_cached_tokens", int, w),
                         _opt_int(r, "connector_hit", w), _opt_int(r, "num_computed_tokens", w),
-                        stored))
+                        stored, _tokens(r, "cold_tokens", w), _tokens(r, "hot_tokens", w)))
     seconds = _get(d, "gpu_seconds", dict, f"{name}: ").get("total")
     if not isinstance(seconds, (int, float)):
         raise ResultError(f"{name}: gpu_seconds.total: expected a number")
@@ -198,6 +208,37 @@ def load_results(folder: Path) -> list[Case]:
             raise ResultError(f"{f.name}: {str(e).splitlines()[0]}") from None
         cases.append(parse_result(d, f.stem))
     return cases
+
+
+HFReference = dict[str, dict[int, tuple[int, ...]]]
+
+
+def load_hf_reference(path: Path) -> HFReference | None:
+    """transformers' greedy outputs (sim/gpu/hf_reference.py), or None if not there."""
+    if not path.exists():
+        return None
+    try:
+        d = json.loads(path.read_text())
+        if d.get("schema") != HF_SCHEMA:
+            raise ResultError(f"{path.name}: schema: expected {HF_SCHEMA!r}")
+        return {kind: {int(n): tuple(t) for n, t in per.items()}
+                for kind, per in d["models"].items()}
+    except (OSError, json.JSONDecodeError, KeyError, AttributeError, TypeError,
+            ValueError) as e:
+        if isinstance(e, ResultError):
+            raise
+        raise ResultError(f"{path.name}: {str(e).splitlines()[0] if str(e) else e!r}") from None
+
+
+def hf_agreement(case: Case, hf: HFReference | None) -> tuple[str, str]:
+    """'n/N' of lengths whose cold / second output equals transformers' greedy output."""
+    ref = (hf or {}).get(case.model)
+    if not ref:
+        return "–", "–"
+    rows = [r for r in case.rows if r.length in ref]
+    cold = sum(r.cold_tokens == ref[r.length] for r in rows)
+    hot = sum(r.hot_tokens == ref[r.length] for r in rows)
+    return f"{cold}/{len(rows)}", f"{hot}/{len(rows)}"
 
 
 # ---- predictions -------------------------------------------------------------------
@@ -356,7 +397,34 @@ def _diverged(case: Case) -> str:
     return ", ".join(bad) or "none"
 
 
-def render_markdown(cases: Sequence[Case], compared: Sequence[Compared]) -> str:
+def control_findings(cases: Sequence[Case]) -> list[str]:
+    """Align-mode GPU-hit controls that diverge with the connector but not without it."""
+    out = []
+    plain = {(c.vllm_version, c.model, c.mode, c.cache_mode): c
+             for c in cases if c.second == "gpu" and c.connector == "none"}
+    for c in cases:
+        if c.second != "gpu" or c.connector == "none" or c.cache_mode != "align":
+            continue
+        bad = [r for r in c.rows if not r.equal]
+        other = plain.get((c.vllm_version, c.model, c.mode, c.cache_mode))
+        if not bad or other is None or any(not r.equal for r in other.rows):
+            continue
+        hits = {r.length: r.num_cached_tokens for r in other.rows}
+        out.append(
+            f"{c.label}: with the OffloadingConnector configured, the second request of "
+            f"lengths {', '.join(str(r.length) for r in bad)} hits the GPU prefix cache for "
+            f"{', '.join(str(r.num_cached_tokens) for r in bad)} tokens and its output "
+            f"changes (first differing token {', '.join(str(r.first_diff) for r in bad)}); "
+            f"with no connector configured the same lengths hit "
+            f"{', '.join(str(hits.get(r.length)) for r in bad)} tokens and the output is "
+            f"unchanged. The connector's own lookup returned "
+            f"{', '.join(str(r.connector_hit) for r in bad)} for these requests, so this is "
+            f"not the lookup model/ describes; cause not established.")
+    return out
+
+
+def render_markdown(cases: Sequence[Case], compared: Sequence[Compared],
+                    hf: HFReference | None = None) -> str:
     by_case: dict[str, list[Compared]] = {}
     for c in compared:
         by_case.setdefault(c.case.name, []).append(c)
@@ -371,13 +439,19 @@ def render_markdown(cases: Sequence[Case], compared: Sequence[Compared]) -> str:
         "`OffloadingConnectorScheduler.get_num_new_matched_tokens` returned for the second "
         "request; *diverged* lists `length@first differing output token`. The model's "
         "prediction is `model.evaluate` on the scenario built from the store content the "
-        "engine held; corruption predicted = a `no-partial-state` violation.",
+        "engine held; corruption predicted = a `no-partial-state` violation. *cold = HF* / "
+        "*second = HF*: lengths whose output equals transformers' greedy output for the same "
+        "weights (`hf-reference.json`, `python -m sim.gpu.hf_reference`), which shows which "
+        "of two differing outputs is wrong. vLLM 0.33.0 has no model semantics (measured "
+        "only), and it ignores `mamba_cache_mode` (only `align` exists there: "
+        "vllm/config/cache.py:176, the flag is deprecated with no effect: "
+        "vllm/engine/arg_utils.py:462), so its `all` case ran `align`.",
         "",
         "## Summary",
         "",
         "| case | lengths | GPU s | model semantics | hits = model | corruption = model "
-        "| hits = sim | diverged (length@token) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| hits = sim | diverged (length@token) | cold = HF | second = HF |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for case in cases:
         if case.second != "cpu":
@@ -387,20 +461,26 @@ def render_markdown(cases: Sequence[Case], compared: Sequence[Compared]) -> str:
             f"| {case.label} | {len(case.rows)} | {case.gpu_seconds:.0f} | "
             f"{case.semantics or '– (' + (cs[0].model.note if cs else '') + ')'} | "
             f"{_agree(cs, 'model', 'hit')} | {_agree(cs, 'model', 'corrupted')} | "
-            f"{_agree(cs, 'sim', 'hit')} | {_diverged(case)} |")
+            f"{_agree(cs, 'sim', 'hit')} | {_diverged(case)} | "
+            f"{' | '.join(hf_agreement(case, hf))} |")
     controls = [c for c in cases if c.second != "cpu"]
     if controls:
         lines += ["", "## Control runs (second request served from the GPU prefix cache)", "",
                   "No CPU reset: the second request hits the GPU prefix cache "
                   "(`num_cached_tokens` below); the connector is configured unless the case "
                   "says *no connector*.", "",
-                  "| case | GPU s | GPU hit at 18 / 32 / 33 / 48 / 80 | diverged (length@token) |",
-                  "| --- | --- | --- | --- |"]
+                  "| case | GPU s | GPU hit at 18 / 32 / 33 / 48 / 80 | diverged (length@token) "
+                  "| cold = HF | second = HF |",
+                  "| --- | --- | --- | --- | --- | --- |"]
         for case in controls:
             hits = {r.length: r.num_cached_tokens for r in case.rows}
             lines.append(f"| {case.label} | {case.gpu_seconds:.0f} | "
                          f"{' / '.join(_fmt(hits.get(n)) for n in (18, 32, 33, 48, 80))} | "
-                         f"{_diverged(case)} |")
+                         f"{_diverged(case)} | {' | '.join(hf_agreement(case, hf))} |")
+        findings = control_findings(cases)
+        if findings:
+            lines += ["", "Findings from the control runs:", ""]
+            lines += [f"- {f}" for f in findings]
     bad = [c for c in compared if c.disagreements()]
     lines += ["", "## Disagreements", ""]
     if not bad:
@@ -487,7 +567,14 @@ def render_plot(cases: Sequence[Case], compared: Sequence[Compared], path: Path)
         ax.set_xlabel("prompt length (tokens)")
     for ax in axes[:, 0]:
         ax.set_ylabel("CPU hit (tokens)")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color="0.85", lw=1), Line2D([], [], color="tab:blue", lw=1.2),
+               Line2D([], [], ls="", marker="+", color="tab:orange"),
+               Line2D([], [], ls="", marker="o", mfc="none", color="tab:green"),
+               Line2D([], [], ls="", marker="x", mew=2, color="tab:red")]
+    labels = ["length − 1", "model", "sim", "measured, same output",
+              "measured, output changed"]
     fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8)
     fig.suptitle("OffloadingConnector hit of a re-sent prompt vs prompt length "
                  "(vLLM on one H200; block 16)", fontsize=10)
@@ -505,13 +592,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         cases = load_results(a.results)
+        hf = load_hf_reference(a.results / "hf-reference.json")
         compared = compare(cases, None if a.no_sim else run_sim)
     except ResultError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = a.out or a.results
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(render_markdown(cases, compared))
+    (out / "report.md").write_text(render_markdown(cases, compared, hf))
     render_plot(cases, compared, out / "hits.png")
     left = unexplained(compared)
     print(f"{len(compared)} comparisons, {sum(bool(c.disagreements()) for c in compared)} "
