@@ -248,6 +248,8 @@ class Engine:
             c.violations[name] += 1
         if out.refused is None and out.hit_tokens is None:
             c.deferred += 1
+            if out.lookup is not None and "being loaded" in out.lookup.reason:
+                c.deferred_loading += 1
             self._touch(hashes, P, hit.tokens // bs)  # touched even when deferred
             return None, hit, hashes
         c.refused += out.refused is not None
@@ -474,7 +476,8 @@ class Engine:
         c = self.counters
         return Summary(
             semantics=self.sem.name, workload=self.workload, requests=c.requests,
-            lookups=c.lookups, deferred=c.deferred, refused=c.refused,
+            lookups=c.lookups, deferred=c.deferred, deferred_loading=c.deferred_loading,
+            refused=c.refused,
             assertions=c.assertions, missing_loads=c.missing_loads,
             cpu_hit_requests=c.cpu_hit_requests, prompt_tokens=c.prompt_tokens,
             gpu_hit_tokens=c.gpu_hit_tokens, cpu_hit_tokens=c.cpu_hit_tokens,

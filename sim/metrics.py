@@ -29,6 +29,7 @@ class Counters:
     requests: int = 0
     lookups: int = 0
     deferred: int = 0
+    deferred_loading: int = 0  # of which: a hit block was being loaded for another request
     refused: int = 0
     assertions: int = 0  # loads that would trip an assertion in update_state_after_alloc
     missing_loads: int = 0  # loads of blocks the store does not hold (vLLM asserts)
@@ -55,6 +56,7 @@ class Summary:
     requests: int
     lookups: int
     deferred: int
+    deferred_loading: int
     refused: int
     assertions: int
     missing_loads: int

@@ -15,6 +15,7 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("requests", "requests"),
     ("lookups", "lookups (model.evaluate)"),
     ("deferred", "  deferred lookups"),
+    ("deferred_loading", "    because a hit block was being loaded"),
     ("hit_rate", "hit rate (GPU+CPU tokens / prompt tokens)"),
     ("gpu_hit_tokens", "GPU hit tokens"),
     ("cpu_hit_tokens", "CPU hit tokens (loaded)"),
