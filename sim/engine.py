@@ -456,19 +456,22 @@ class Engine:
         req = live.req
         self._decoding -= 1
         self._store(live, req.prompt_len, now)  # the store is offered again each step
-        if not (req.chat and live.clean):
-            # an unclean request decodes other tokens than the trace resends: its
-            # decode-phase blocks are never looked up again
-            return
         last = req.prompt_len + req.reply_len - 1  # the last sampled token is not computed
+        resent = req.chat and live.clean
         hashes = live.hashes
+
+        def key(g: int, b: int) -> tuple[int, int]:
+            # blocks of tokens that no later request sends (a reply that is not resent, or
+            # one an unclean request decoded differently) still take GPU space
+            return (g, hashes[b]) if resent else (g, hash(("decoded", req.rid, b)))
+
         for g in range(cfg.attention_groups):
             for b in range(req.prompt_len // bs, last // bs):
-                self.gpu.insert((g, hashes[b]), None)
+                self.gpu.insert(key(g, b), None)
         # decode runs one token per step, so every block boundary is a step end and its
         # state is saved and cached (mamba_utils.py:716 (678))
         for pos in range((req.prompt_len // bs + 1) * bs, last + 1, bs):
-            self.gpu.insert((mg, hashes[pos // bs - 1]), StateRecord(pos))
+            self.gpu.insert(key(mg, pos // bs - 1), StateRecord(pos))
 
     # -- the result ----------------------------------------------------------------------
 
