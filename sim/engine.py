@@ -305,8 +305,10 @@ class Engine:
         poison = None
         if start_rec.position != start_pos:
             # a load: the state saved at another position (the model flags it); no load:
-            # 0.24.0 hybrid passed the attention hit beyond the Mamba hit, and the worker
-            # copies the running state from a null block (mamba_utils.py:700-716)
+            # 0.24.0 hybrid passed the attention hit beyond the Mamba hit, the Mamba hit
+            # block is dropped as skipped (single_type_kv_cache_manager.py:210-215) and the
+            # worker starts from block (num_computed_tokens - 1) // block_size, a null or
+            # fresh block (mamba_utils.py:708): the zero state stands in for its content
             cause = "no-partial-state" if ext else "local-hit-divergence"
             if not ext:
                 start_rec = StateRecord(start_pos, False, self.rec.zero(), req.rid, cause)
