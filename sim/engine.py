@@ -41,6 +41,7 @@ from sim.config import EngineConfig
 from sim.cpu_store import CpuStore
 from sim.gpu_cache import GpuHit, GpuPrefixCache, longest_hit, per_group_hit
 from sim.metrics import Counters, RequestResult, Summary
+from sim.oracle import oracle_hit
 from sim.ssm import ColdStates, Recurrence, Vector
 from sim.states import ZERO, StateRecord
 from sim.workload import Request
@@ -242,7 +243,8 @@ class Engine:
         else:
             hit = longest_hit(self.gpu, hashes, P, bs, cfg.attention_groups)
             min_attn = hit.tokens
-        out = evaluate(self._scenario(req, hashes, hit.tokens, now))
+        scenario = self._scenario(req, hashes, hit.tokens, now)
+        out = evaluate(scenario)
         c.lookups += 1
         for name in {v.invariant for v in out.violations}:
             c.violations[name] += 1
@@ -254,6 +256,10 @@ class Engine:
             return None, hit, hashes
         c.refused += out.refused is not None
         c.assertions += out.assertion is not None
+        best, got = oracle_hit(scenario), out.hit_tokens or 0
+        c.oracle_hit_tokens += best
+        c.given_away_tokens += max(0, best - got)
+        c.above_oracle += got > best
         if min_attn < hit.tokens:
             c.dirty_attention += 1  # attention blocks past their own hit (vLLM #46453)
         return out, hit, hashes
@@ -491,6 +497,8 @@ class Engine:
             corrupted_direct=c.corrupted_direct, corrupted_inherited=c.corrupted_inherited,
             corrupted_divergence=c.corrupted_divergence, dirty_attention=c.dirty_attention,
             model_disagreements=c.model_disagreements, waiting_steps=c.waiting_steps,
+            oracle_hit_tokens=c.oracle_hit_tokens, given_away_tokens=c.given_away_tokens,
+            above_oracle=c.above_oracle,
             steps=self.steps,
             cpu_stored_blocks=self.cpu.stored_blocks, cpu_evictions=self.cpu.evictions,
             cpu_failed_stores=self.cpu.failed_stores, gpu_evictions=self.gpu.evictions,

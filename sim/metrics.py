@@ -47,6 +47,9 @@ class Counters:
     dirty_attention: int = 0  # 0.24.0 hybrid: local hit beyond an attention group's hit
     model_disagreements: int = 0  # a state/hit mismatch the model did not flag, or v.v.
     waiting_steps: int = 0  # steps requests spent waiting for budget, seats or loads
+    oracle_hit_tokens: int = 0  # the best correct hits (sim.oracle), summed over lookups
+    given_away_tokens: int = 0  # how far answers fell short of them
+    above_oracle: int = 0  # answers beyond the best correct hit
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,9 @@ class Summary:
     model_disagreements: int
     waiting_steps: int
     steps: int
+    oracle_hit_tokens: int
+    given_away_tokens: int
+    above_oracle: int
     cpu_stored_blocks: int
     cpu_evictions: int
     cpu_failed_stores: int

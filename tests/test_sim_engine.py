@@ -40,6 +40,11 @@ def test_chat_corrupts_under_0_23_and_not_under_0_24(
     assert new.counters.corrupted == 0 and new.counters.wrong_state == 0
     assert all(v == 0 for v in new.counters.violations.values())
     assert old.counters.model_disagreements == new.counters.model_disagreements == 0
+    # 0.24.0 answers the best correct hit every time: it gives no token away
+    assert new.counters.given_away_tokens == 0 and new.counters.above_oracle == 0
+    # 0.23.0 answers beyond it exactly on the lookups that break no-partial-state
+    assert old.counters.above_oracle == old.counters.violations["no-partial-state"]
+    assert old.counters.given_away_tokens == 0
 
 
 def _check_attribution(results: list[RequestResult]) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from model.scenario import Group, Scenario
 from sim.chunking import chunk_ends
 from sim.cpu_store import CpuStore
 from sim.gpu_cache import GpuPrefixCache, longest_hit
+from sim.oracle import oracle_hit
 from sim.ssm import VOCAB, ColdStates, Recurrence
 from sim.states import StateRecord
 from sim.workload import TokenSeq, make_trace
@@ -128,3 +130,20 @@ def test_workloads_are_reproducible() -> None:
         assert [r.arrival for r in a] == sorted(r.arrival for r in a)
     with pytest.raises(ValueError, match="workload"):
         make_trace("nope", 3, 0)
+
+
+def test_oracle_hit() -> None:
+    def mamba(stored: set[int], deferred: frozenset[int] = frozenset()) -> Group:
+        return Group("mamba", 16, frozenset(stored), mamba_cache_mode="align",
+                     deferred=deferred)
+
+    def sc(prompt: int, gpu: int, *groups: Group) -> Scenario:
+        return Scenario("vllm-0.24.0", 1, prompt, gpu, groups, mamba_block_size=16)
+
+    assert oracle_hit(sc(32, 0, mamba({1}))) == 0  # the state at 32 leaves no token
+    assert oracle_hit(sc(33, 0, mamba({1}))) == 32
+    assert oracle_hit(sc(64, 0, mamba({0, 3}))) == 16
+    assert oracle_hit(sc(64, 16, mamba({0, 2}))) == 32
+    assert oracle_hit(sc(64, 0, mamba({0, 2}, frozenset({2})))) == 16  # in flight
+    attn = Group("full_attention", 16, frozenset({0, 1}))
+    assert oracle_hit(sc(80, 0, attn, mamba({1, 3}))) == 32  # attention stops at 32
