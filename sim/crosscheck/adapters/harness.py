@@ -125,15 +125,19 @@ class ScenarioSpec(offload_base.OffloadingSpec):
         raise NotImplementedError("worker side is not exercised by the cross-check")
 
 
-def _kv_spec(g: dict[str, Any]) -> Any:
-    common = dict(block_size=g["block_size"], num_kv_heads=1, head_size=8, dtype=torch.float16)
+def _kv_spec(g: dict[str, Any], index: int) -> Any:
+    # Distinct shapes per group: KVCacheManager's HybridKVCacheCoordinator merges groups
+    # with equal specs and asserts that two or more distinct ones remain
+    # (v1/core/kv_cache_coordinator.py:578 in 0.24.0); a real model's groups differ anyway.
+    common = dict(block_size=g["block_size"], num_kv_heads=index + 1, head_size=8,
+                  dtype=torch.float16)
     if g["kind"] == "full_attention":
         return FullAttentionSpec(**common)
     if g["kind"] == "sliding_window":
         return SlidingWindowSpec(**common, sliding_window=g["sliding_window"])
     return MambaSpec(
         block_size=g["block_size"],
-        shapes=((4, 8),),
+        shapes=((4, 8 * (index + 1)),),
         dtypes=(torch.float16,),
         mamba_cache_mode=g["mamba_cache_mode"],
     )
@@ -164,7 +168,7 @@ def build_configs(case: dict[str, Any]) -> tuple[Any, Any]:
     vllm_config.cache_config.block_size = min(sizes)
     group_specs = []
     for i, g in enumerate(groups):
-        kw: dict[str, Any] = dict(layer_names=[f"layer.{i}"], kv_cache_spec=_kv_spec(g))
+        kw: dict[str, Any] = dict(layer_names=[f"layer.{i}"], kv_cache_spec=_kv_spec(g, i))
         if Adapter.has_eagle_field:
             kw["is_eagle_group"] = bool(g.get("eagle", False))
         group_specs.append(KVCacheGroupSpec(**kw))
@@ -268,6 +272,9 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     out["lookups"] = [list(names.get(k, (-1, -1))) for k in manager.looked_up]
     # cross-check our keys against the scheduler's own (RequestOffloadState.offload_keys)
     state = scheduler._req_status[request.request_id]
+    if not any(gs.offload_keys for gs in state.group_states):
+        # an early return (in-flight transfers) skipped it; run the real method ourselves
+        state.update_offload_keys()
     own = [list(gs.offload_keys) for gs in state.group_states]
     mine = [[k for k, v in sorted(names.items(), key=lambda kv: kv[1][1]) if v[0] == g]
             for g in range(len(own))]
