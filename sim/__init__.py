@@ -8,6 +8,7 @@ Modules, one idea each:
   gpu_cache  -- the GPU prefix cache and its longest hit
   cpu_store  -- the CPU offload store (LRU, asynchronous stores, pinned loads)
   engine     -- the discrete simulation of one engine under one semantics
+  oracle     -- the best correct hit for a lookup (what a fix may give away)
   metrics    -- counters and the frozen per-semantics summary
   runner     -- one trace under several semantics (optionally in processes)
   report     -- table, JSON and plot

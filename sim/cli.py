@@ -123,14 +123,19 @@ def _run(a: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     config = _config(a)
+    if a.report is not None and a.report.exists() and not a.report.is_dir():
+        raise UsageError(f"--report: {a.report} exists and is not a directory")
     spec = RunSpec(a.workload, a.requests, a.seed, names, config)
     jobs = a.jobs or min(len(names), os.cpu_count() or 1)
     summaries = run_side_by_side(spec, jobs, show_progress=not a.no_progress)
     print(f"workload {a.workload}, {a.requests:,} requests, seed {a.seed}")
     print(table(summaries))
     if a.report is not None:
-        jpath, ppath = write_report(a.report, summaries, workload=a.workload,
-                                    requests=a.requests, seed=a.seed, config=config)
+        try:
+            jpath, ppath = write_report(a.report, summaries, workload=a.workload,
+                                        requests=a.requests, seed=a.seed, config=config)
+        except OSError as e:
+            raise UsageError(f"--report: cannot write to {a.report} ({e.strerror})") from None
         print(f"report: {jpath} {ppath}")
     return 0
 

@@ -62,6 +62,8 @@ def test_run_table_and_report(tmp_path: Path) -> None:
          "--semantics"),
         (["rerun", "--semantics", "vllm-0.23.0", "--lengths", "17", "--block-size", "0"],
          "--block-size"),
+        (["run", "--workload", "chat", "--requests", "5", "--semantics", "vllm-0.23.0",
+          "--report", "pyproject.toml"], "--report"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args: list[str], flag: str) -> None:
