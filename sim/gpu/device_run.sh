@@ -18,10 +18,14 @@ OUT=${OUT:?set OUT}
 LOG=$OUT/run-$V.log
 T0=$(date +%s)
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv >"$LOG" 2>&1
+# a site folder of its own per version: installing one version over another's tree on a
+# machine that stayed warm leaves the other's modules and dist-info behind
+rm -rf "/tmp/vllm-site-$V"
 # shellcheck disable=SC1090
-source ".vllm-bundle/vllm-$V/install.sh" /tmp/vllm-site >>"$LOG" 2>&1 \
+source ".vllm-bundle/vllm-$V/install.sh" "/tmp/vllm-site-$V" >>"$LOG" 2>&1 \
   || { echo "error: install failed"; tail -n 20 "$LOG"; exit 1; }
-echo "install: $(( $(date +%s) - T0 )) s" | tee -a "$LOG"
+echo "install: $(( $(date +%s) - T0 )) s; PYTHONPATH=$PYTHONPATH" | tee -a "$LOG"
+ls -d /tmp/vllm-site-*/vllm-*.dist-info | tee -a "$LOG"
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0
 pids=()
 for c in "$@"; do
