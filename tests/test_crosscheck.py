@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from model.scenario import iter_scenario_paths, parse_scenario
+from model.scenario import iter_scenario_paths, parse_scenario, scenario_to_json
 from sim.crosscheck.cli import SEED, SEED_HIT, Tally, check_one, replay, run_hypothesis
 from sim.crosscheck.client import RealScheduler
 from sim.crosscheck.envs import VERSIONS
@@ -60,5 +60,5 @@ def test_generated_scenarios_agree(real: RealScheduler) -> None:
     tally = Tally(real.version)
     found = run_hypothesis(real, EXAMPLES, None, tally, check_lookups=True)
     assert not found, "\n".join(
-        f"{e.verdict.diffs} on {to_case(e.scenario)}" for e in found)
+        f"{sig}: {verdict.diffs} on {scenario_to_json(small)}" for sig, small, verdict in found)
     assert tally.agreed >= EXAMPLES * 0.9, tally.line("generated")

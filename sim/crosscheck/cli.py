@@ -30,6 +30,7 @@ from sim.crosscheck.client import RealScheduler
 from sim.crosscheck.compare import Verdict, compare, model_view
 from sim.crosscheck.envs import ROOT, VERSIONS
 from sim.crosscheck.mapping import semantics_for, to_case
+from sim.crosscheck.shrink import shrink, signature
 
 OUT_DIR = ROOT / "tests" / "scenarios" / "crosscheck"
 SEED = {  # the seed's boundary case: real 0.23.0 hits 31 tokens, real 0.24.0 hits 16
@@ -110,16 +111,20 @@ def write_disagreement(s: Scenario, verdict: Verdict, version: str, out_dir: Pat
     return path
 
 
-class Disagreement(AssertionError):
-    def __init__(self, s: Scenario, verdict: Verdict) -> None:
-        super().__init__("; ".join(verdict.diffs))
-        self.scenario = s
-        self.verdict = verdict
+def disagreement_signature(real: RealScheduler, raw: dict[str, Any],
+                           check_lookups: bool) -> str | None:
+    """For the shrinker: the kind of disagreement on ``raw``, None if both sides agree."""
+    s = parse_scenario(raw)
+    sem = semantics_for(real.version)
+    verdict = compare(model_view(s, sem), real.run(to_case(s)), check_lookups=check_lookups)
+    return None if verdict.agree else signature(verdict.diffs)
 
 
 def run_hypothesis(real: RealScheduler, n: int, seed: int | None, tally: Tally,
-                   check_lookups: bool, progress_every: int = 500) -> list[Disagreement]:
-    """``n`` generated scenarios; a failing one is shrunk by Hypothesis and returned."""
+                   check_lookups: bool, progress_every: int = 500,
+                   ) -> list[tuple[str, Scenario, Verdict]]:
+    """Run ``n`` generated scenarios through both sides (all of them: a disagreement does
+    not stop the run); return one shrunk scenario per kind of disagreement."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hseed
 
@@ -129,8 +134,7 @@ def run_hypothesis(real: RealScheduler, n: int, seed: int | None, tally: Tally,
     t0 = time.monotonic()
 
     @settings(max_examples=n, deadline=None, database=None, derandomize=seed is None,
-              suppress_health_check=list(HealthCheck),
-              phases=[Phase.generate, Phase.shrink])
+              suppress_health_check=list(HealthCheck), phases=[Phase.generate])
     @given(scenarios(semantics_for(real.version)))
     def prop(s: Scenario) -> None:
         calls[0] += 1
@@ -138,21 +142,22 @@ def run_hypothesis(real: RealScheduler, n: int, seed: int | None, tally: Tally,
             rate = calls[0] / (time.monotonic() - t0)
             _say(f"  vLLM {real.version}: {calls[0]} scenarios run ({rate:.0f}/s), "
                  f"{tally.agreed} agree, {len(tally.disagreements)} disagree")
-        verdict = check_one(real, s, tally, check_lookups)
-        if not verdict.agree:
-            raise Disagreement(s, verdict)
+        check_one(real, s, tally, check_lookups)
 
     test = prop if seed is None else hseed(seed)(prop)
-    try:
-        test()
-    except Disagreement as e:
-        return [e]
-    except BaseExceptionGroup as group:
-        found = [e for e in group.exceptions if isinstance(e, Disagreement)]
-        if len(found) != len(group.exceptions):
-            raise
-        return found
-    return []
+    test()
+    kinds: dict[str, tuple[Scenario, Verdict]] = {}
+    for s, verdict in tally.disagreements:
+        kinds.setdefault(signature(verdict.diffs), (s, verdict))
+    out = []
+    for sig, (s, _) in kinds.items():
+        small = shrink(scenario_to_json(s),
+                       lambda raw: disagreement_signature(real, raw, check_lookups))
+        s_small = parse_scenario(small)
+        mv = model_view(s_small, semantics_for(real.version))
+        verdict = compare(mv, real.run(to_case(s_small)), check_lookups=check_lookups)
+        out.append((sig, s_small, verdict))
+    return out
 
 
 def replay(real: RealScheduler, paths: list[Path], tally: Tally,
@@ -236,9 +241,11 @@ def main(argv: list[str] | None = None) -> int:
                 found = run_hypothesis(real, args.examples, args.seed, tally, check_lookups)
                 dt = time.monotonic() - t1
                 _say("  " + tally.line(f"generated ({dt:.0f}s)"))
-                for e in found:
-                    path = write_disagreement(e.scenario, e.verdict, version, args.out)
-                    _say(f"  DISAGREE (shrunk) -> {path}: {'; '.join(e.verdict.diffs)}")
+                for sig, small, verdict in found:
+                    n_kind = sum(signature(v.diffs) == sig for _, v in tally.disagreements)
+                    path = write_disagreement(small, verdict, version, args.out)
+                    _say(f"  DISAGREE x{n_kind} [{sig}] shrunk -> {path}: "
+                         f"{'; '.join(verdict.diffs)}")
                 failed |= bool(found) or bool(tally.disagreements)
                 summary.append(tally.line("generated"))
             if args.bench_calls > 0:
@@ -253,10 +260,6 @@ def main(argv: list[str] | None = None) -> int:
         _say("  " + line)
     _say("  result: " + ("DISAGREEMENTS (see above)" if failed else "all agree"))
     return 1 if failed else 0
-
-
-def _json_default(o: Any) -> Any:  # pragma: no cover - debugging aid
-    return str(o)
 
 
 if __name__ == "__main__":
