@@ -49,7 +49,7 @@ def test_start_up_refusal_is_reported(real: RealScheduler) -> None:
 
 
 def test_every_scenario_file_agrees(real: RealScheduler) -> None:
-    dirs = [ROOT / "tests" / "scenarios", ROOT / "proofs" / "counterexamples"]
+    dirs = [ROOT / "tests" / "scenarios", ROOT / "report" / "counterexamples"]
     paths = iter_scenario_paths([d for d in dirs if d.is_dir()])
     tally = Tally(real.version)
     bad = replay(real, paths, tally, check_lookups=True)

@@ -60,6 +60,11 @@ class Tally:
     model_seconds: float = 0.0
     timed: int = 0
     seen: set[str] = field(default_factory=set)
+    # what the agreeing, non-refused scenarios exercised
+    hits: int = 0
+    deferred: int = 0
+    zero: int = 0
+    load_plans: int = 0
 
     def line(self, label: str) -> str:
         speed = ""
@@ -67,8 +72,10 @@ class Tally:
             r, m = self.timed / self.real_seconds, self.timed / self.model_seconds
             speed = f"; lookups/s real {r:,.0f} vs model {m:,.0f} (model {m / r:.1f}x)"
         return (f"vLLM {self.version} {label}: {self.agreed} agree "
-                f"({self.refused_both} refused by both, {self.preconditions} past a model "
-                f"precondition), {len(self.disagreements)} disagree{speed}")
+                f"({self.refused_both} refused by both, {self.hits} hits with "
+                f"{self.load_plans} load plans, {self.zero} zero, {self.deferred} deferred, "
+                f"{self.preconditions} past a model precondition), "
+                f"{len(self.disagreements)} disagree{speed}")
 
 
 def _say(msg: str) -> None:
@@ -90,6 +97,12 @@ def check_one(real: RealScheduler, s: Scenario, tally: Tally,
         tally.agreed += 1
         tally.refused_both += result.get("refused") is not None
         tally.preconditions += mv.precondition is not None
+        if result.get("refused") is None:
+            hit = result.get("hit")
+            tally.deferred += hit is None
+            tally.zero += hit == 0
+            tally.hits += bool(hit)
+            tally.load_plans += result.get("loads") is not None
         if result.get("refused") is None and "t_lookup" in result and mv.seconds:
             tally.real_seconds += result["t_lookup"]
             tally.model_seconds += mv.seconds

@@ -83,17 +83,20 @@ def ensure_env(version: str, *, rebuild: bool = False) -> Path:
     if target.exists():
         _say(f"vLLM {version}: rebuilding {target}")
         shutil.rmtree(target)
-    steps = [
-        ("venv", lambda: subprocess.run(
-            [sys.executable, "-m", "venv", str(target)], check=True)),
-        (TORCH + " (CPU)", lambda: _pip(version, TORCH)),
-        (f"vllm=={version} --no-deps", lambda: _pip(version, "--no-deps", f"vllm=={version}")),
-        (f"{req.name} --no-deps", lambda: _pip(version, "--no-deps", "-r", str(req))),
+    # (label, pip arguments); the first step makes the venv itself
+    steps: list[tuple[str, list[str]]] = [
+        ("venv", []),
+        (TORCH + " (CPU)", [TORCH]),
+        (f"vllm=={version} --no-deps", ["--no-deps", f"vllm=={version}"]),
+        (f"{req.name} --no-deps", ["--no-deps", "-r", str(req)]),
     ]
-    for i, (name, step) in enumerate(steps, 1):
+    for i, (name, pip_args) in enumerate(steps, 1):
         t = time.monotonic()
         _say(f"vLLM {version}: step {i}/{len(steps)} {name} ...")
-        step()
+        if pip_args:
+            _pip(version, *pip_args)
+        else:
+            subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
         _say(f"vLLM {version}: step {i}/{len(steps)} done in {time.monotonic() - t:.0f}s")
     check = subprocess.run(
         [str(env_python(version)), "-c",
