@@ -405,7 +405,8 @@ def control_findings(cases: Sequence[Case]) -> list[str]:
     for c in cases:
         if c.second != "gpu" or c.connector == "none" or c.cache_mode != "align":
             continue
-        bad = [r for r in c.rows if not r.equal]
+        # only what the GPU prefix cache served alone (the connector added nothing)
+        bad = [r for r in c.rows if not r.equal and r.connector_hit == 0]
         other = plain.get((c.vllm_version, c.model, c.mode, c.cache_mode))
         if not bad or other is None or any(not r.equal for r in other.rows):
             continue
@@ -469,13 +470,15 @@ def render_markdown(cases: Sequence[Case], compared: Sequence[Compared],
                   "No CPU reset: the second request hits the GPU prefix cache "
                   "(`num_cached_tokens` below); the connector is configured unless the case "
                   "says *no connector*.", "",
-                  "| case | GPU s | GPU hit at 18 / 32 / 33 / 48 / 80 | diverged (length@token) "
-                  "| cold = HF | second = HF |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+                  "| case | GPU s | cached tokens at 18 / 32 / 33 / 48 / 80 | of which from the "
+                  "connector | diverged (length@token) | cold = HF | second = HF |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
         for case in controls:
             hits = {r.length: r.num_cached_tokens for r in case.rows}
+            conn = {r.length: r.connector_hit for r in case.rows}
             lines.append(f"| {case.label} | {case.gpu_seconds:.0f} | "
                          f"{' / '.join(_fmt(hits.get(n)) for n in (18, 32, 33, 48, 80))} | "
+                         f"{' / '.join(_fmt(conn.get(n)) for n in (18, 32, 33, 48, 80))} | "
                          f"{_diverged(case)} | {' | '.join(hf_agreement(case, hf))} |")
         findings = control_findings(cases)
         if findings:
