@@ -21,23 +21,36 @@ UNITS = (1, 2, 4, 8, 16)
 MULTIPLES = (1, 2, 3, 4)
 
 
+_PERCENT = st.sampled_from(range(100))
+
+
+def _chance(draw: st.DrawFn, p: float) -> bool:
+    """True with probability about ``p``; Hypothesis's simplest draw (0) gives False.
+    (``st.floats`` favours edge values, which made rare flags common.)"""
+    return bool(draw(_PERCENT) >= 100 - p * 100)
+
+
 def _blocks(draw: st.DrawFn, n: int, p_all: float) -> Any:
     """A store: "all", or a subset of 0..n-1 with holes (as a sorted list)."""
-    if draw(st.floats(0, 1)) < p_all:
+    if _chance(draw, p_all):
         return "all"
-    mode = draw(st.sampled_from(["dense", "sparse", "prefix", "suffix"]))
+    mode = draw(st.sampled_from(["dense", "dense", "sparse", "prefix", "suffix", "range"]))
     if mode == "prefix":
         k = draw(st.integers(0, n))
         return list(range(k))
     if mode == "suffix":
         k = draw(st.integers(0, n))
         return list(range(k, n))
-    keep = 0.85 if mode == "dense" else 0.35
-    return [i for i in range(n) if draw(st.floats(0, 1)) < keep]
+    if mode == "range":
+        a = draw(st.integers(0, n))
+        b = draw(st.integers(a, n))
+        return list(range(a, b))
+    keep = 0.9 if mode == "dense" else 0.4
+    return [i for i in range(n) if not _chance(draw, 1 - keep)]
 
 
 def _few(draw: st.DrawFn, n: int, p: float) -> list[int]:
-    if n == 0 or draw(st.floats(0, 1)) >= p:
+    if n == 0 or not _chance(draw, p):
         return []
     return sorted(set(draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3))))
 
@@ -46,15 +59,21 @@ def _few(draw: st.DrawFn, n: int, p: float) -> list[int]:
 def scenario_dicts(draw: st.DrawFn, semantics: str = "vllm-0.24.0") -> dict[str, Any]:
     unit = draw(st.sampled_from(UNITS))
     n_groups = draw(st.integers(1, 4))
-    same = draw(st.booleans())
+    same = _chance(draw, 0.6)
     first = draw(st.sampled_from(MULTIPLES))
     multiples = [first if same else draw(st.sampled_from(MULTIPLES)) for _ in range(n_groups)]
-    factor = draw(st.sampled_from([1, 1, 1, 2, 3, 4]))
-    prompt = draw(st.integers(1, 300))
+    factor = draw(st.sampled_from([1, 1, 1, 1, 2, 3, 4]))
     sizes = [unit * m for m in multiples]
+    if _chance(draw, 0.5):
+        # near a multiple of an offloaded block: the boundary cases (the seed is one)
+        step = max(sizes) * factor
+        prompt = step * draw(st.integers(1, max(1, 300 // step)))
+        prompt = max(1, prompt + draw(st.sampled_from([0, 1, -1, 2, unit, -unit])))
+    else:
+        prompt = draw(st.integers(1, 300))
     lcm = math.lcm(*sizes)
     computed = 0
-    if prompt > lcm and draw(st.floats(0, 1)) < 0.3:
+    if prompt > lcm and _chance(draw, 0.3):
         computed = lcm * draw(st.integers(0, (prompt - 1) // lcm))
     groups = []
     for size in sizes:
@@ -66,10 +85,10 @@ def scenario_dicts(draw: st.DrawFn, semantics: str = "vllm-0.24.0") -> dict[str,
             g["sliding_window"] = draw(st.integers(1, 4 * obs))
         if kind == "mamba":
             g["mamba_cache_mode"] = draw(st.sampled_from(["align", "align", "none", "all"]))
-        g["stored"] = _blocks(draw, n_blocks, 0.3)
-        g["deferred"] = _few(draw, n_blocks, 0.15)
-        g["being_loaded"] = _few(draw, n_blocks, 0.15)
-        if kind != "mamba" and draw(st.floats(0, 1)) < 0.15:
+        g["stored"] = _blocks(draw, n_blocks, 0.4)
+        g["deferred"] = _few(draw, n_blocks, 0.1)
+        g["being_loaded"] = _few(draw, n_blocks, 0.1)
+        if kind != "mamba" and _chance(draw, 0.15):
             g["eagle"] = True
         groups.append(g)
     out: dict[str, Any] = {
@@ -79,13 +98,13 @@ def scenario_dicts(draw: st.DrawFn, semantics: str = "vllm-0.24.0") -> dict[str,
         "num_computed_tokens": computed,
         "groups": groups,
     }
-    if draw(st.floats(0, 1)) < 0.1:
+    if _chance(draw, 0.1):
         out["enable_prefix_caching"] = False
-    if draw(st.floats(0, 1)) < 0.07:
+    if _chance(draw, 0.07):
         out["skip_reading_prefix_cache"] = True
-    if draw(st.floats(0, 1)) < 0.07:
+    if _chance(draw, 0.07):
         out["in_flight_transfers"] = True
-    if n_groups > 1 and draw(st.floats(0, 1)) < 0.05:
+    if n_groups > 1 and _chance(draw, 0.05):
         out["hash_block_size"] = draw(st.sampled_from([1, unit, 2 * unit]))
     return out
 
