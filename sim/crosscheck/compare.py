@@ -75,6 +75,10 @@ def compare(model: ModelView, real: dict[str, Any], *, check_lookups: bool = Tru
         if model.lookups != real_lookups:
             diffs.append(f"lookups: model {list(model.lookups)} vs real "
                          f"{[list(x) for x in real_lookups]}")
+    if model.precondition is not None:
+        # A GPU hit that no real engine produces (not block-aligned, or the whole prompt):
+        # the harness's stand-in for it decides the load, so only the lookup is compared.
+        return Verdict(not diffs, diffs)
     real_error = real.get("load_error")
     if (model.assertion is None) != (real_error is None):
         diffs.append(f"load assertion: model {model.assertion!r} vs real {real_error!r}")
