@@ -1,0 +1,54 @@
+"""``python -m proofs [--semantics NAME ...] [--theorem NAME ...] [--report DIR] [--timeout S]``
+
+Checks every theorem against every semantics, prints a line per pair as it goes, writes
+report.json, report.md and the pictures to DIR, and exits 0 only if every result
+matches its declared expectation (and every precondition is shown necessary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from model.semantics import SEMANTICS
+from proofs.report import run_all, write_report
+from proofs.theorems import THEOREMS
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m proofs", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--semantics", nargs="+", default=list(SEMANTICS), metavar="NAME")
+    p.add_argument("--theorem", nargs="+", default=list(THEOREMS), metavar="NAME")
+    p.add_argument("--report", type=Path, default=Path("report"), metavar="DIR")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                   help="seconds per theorem and semantics (default 120)")
+    p.add_argument("--no-necessity", action="store_true",
+                   help="skip showing each precondition necessary")
+    args = p.parse_args(argv)
+    for name in args.semantics:
+        if name not in SEMANTICS:
+            print(f"--semantics: unknown name {name!r} (known: {', '.join(SEMANTICS)})",
+                  file=sys.stderr)
+            return 2
+    for name in args.theorem:
+        if name not in THEOREMS:
+            print(f"--theorem: unknown name {name!r} (known: {', '.join(THEOREMS)})",
+                  file=sys.stderr)
+            return 2
+    if args.timeout <= 0:
+        print("--timeout: must be > 0 seconds", file=sys.stderr)
+        return 2
+    t0 = time.monotonic()
+    rows = run_all(args.theorem, args.semantics, args.timeout, not args.no_necessity)
+    write_report(rows, args.report)
+    bad = [r for r in rows if not r.matches]
+    print(f"{len(rows) - len(bad)} of {len(rows)} results match their expectation "
+          f"({time.monotonic() - t0:.1f}s); report in {args.report}/report.md")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,370 @@
+"""Proving a theorem for a semantics, or finding its minimal counterexample.
+
+A proof is four unsatisfiable queries (see ``prove``): the invariant between passes holds
+after pass 1 and is kept by every pass that schedules another (so the loop may run any
+number of passes), and the property holds when the loop ends in pass 1 or in any later
+pass. A counterexample comes from exact unrolling (``bmc``), is shrunk (smallest prompt,
+then smallest block sizes), turned into a scenario and replayed through ``model/``; one
+the model does not reproduce is an encoding bug and is reported as UNKNOWN, never as a
+result.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+from model.evaluate import evaluate
+from model.maximality import larger_valid_hit
+from model.scenario import parse_scenario
+from model.semantics import Semantics, get_semantics
+from proofs.abstract import abstract, obligations
+from proofs.encoding import (
+    MAMBA,
+    MODES,
+    SW,
+    Config,
+    Derived,
+    Enc,
+    State,
+    derive,
+    finished,
+    initial_state,
+    next_pass,
+    result_of,
+    run_pass,
+    select,
+    startup,
+    symbolic_config,
+)
+from proofs.layers import alignment_queries, final_query, lemma_queries
+from proofs.theorems import (
+    PRECONDITIONS,
+    TEMPLATE,
+    THEOREMS,
+    Context,
+    Theorem,
+    precondition_formula,
+    valid_hit,
+)
+
+BMC_PASSES = 3
+BMC_BLOCKS = 8
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # PROVED | COUNTEREXAMPLE | UNKNOWN
+    seconds: float
+    counterexample: dict[str, Any] | None = None
+    note: str = ""
+
+
+class Timeout(Exception):
+    pass
+
+
+def _solve(cons: Sequence[z3.BoolRef], timeout_ms: int) -> tuple[z3.CheckSatResult, z3.Solver]:
+    s = z3.Solver()
+    s.set("timeout", max(1, timeout_ms))
+    s.add(*cons)
+    return s.check(), s
+
+
+@dataclass
+class Problem:
+    """Everything one query needs: the symbols, the helpers' constraints, the premises."""
+
+    enc: Enc
+    cfg: Config
+    d: Derived
+    init: State
+    sem: Semantics
+    premises: list[z3.BoolRef]
+    ctx_of: Callable[[State], Context]
+    candidate: z3.ArithRef | None
+
+
+def _problem(thm: Theorem, sem: Semantics, assumed: Sequence[str],
+             bound: int | None = None) -> Problem:
+    enc = Enc(bound=bound)
+    cfg = symbolic_config(TEMPLATE)
+    d = derive(enc, cfg, sem)
+    init = initial_state(enc, cfg, d, sem)
+    m0 = init.m
+    premises = [startup(cfg, sem)] + [precondition_formula(p, enc, cfg, d) for p in assumed]
+    if bound is not None:
+        premises += [k <= bound for k in d.keys]
+
+    def ctx_of(st: State) -> Context:
+        return Context(enc, cfg, d, sem, result_of(enc, cfg, d, sem, st), m0)
+
+    candidate = None
+    if thm.name == "maximality":
+        candidate = z3.Int("larger_hit")
+        base = Context(enc, cfg, d, sem, result_of(enc, cfg, d, sem, init), m0)
+        premises.append(valid_hit(base, candidate))
+    return Problem(enc, cfg, d, init, sem, premises, ctx_of, candidate)
+
+
+def _violation(thm: Theorem, p: Problem, st: State) -> z3.BoolRef:
+    return _violation_fn(thm)(p.ctx_of(st), p.candidate)
+
+
+def _violation_fn(thm: Theorem) -> Callable[[Context, z3.ArithRef | None], z3.BoolRef]:
+    if thm.name == "maximality":
+        def bigger(ctx: Context, cand: z3.ArithRef | None) -> z3.BoolRef:
+            assert cand is not None
+            return z3.And(z3.Not(ctx.result.deferred), ctx.result.hit < cand)
+        return bigger
+    assert thm.violation is not None
+    v = thm.violation
+    return lambda ctx, cand: v(ctx)
+
+
+def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
+                  ) -> list[tuple[str, Callable[[], list[z3.BoolRef]]]]:
+    """The layered proof's queries (proofs.abstract): each must be unsatisfiable."""
+    maximal = thm.name == "maximality"
+    quiet = "nothing-deferred-or-loading" in assumed
+    queries = lemma_queries(sem, assumed, maximal)
+    a = abstract(TEMPLATE, sem, maximal, quiet)
+    for name, q in obligations(a, thm.name == "termination"):
+        queries.append((name, lambda q=q: q))
+    if thm.aligned:
+        queries += alignment_queries(sem, assumed)
+    if thm.name != "termination":
+        queries.append(("property from the summary", lambda: final_query(
+            sem, assumed, _violation_fn(thm), maximal, thm.uses_store, thm.aligned)))
+    return queries
+
+
+def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
+          ) -> tuple[str, str]:
+    """('PROVED' | 'FAILED' | 'UNKNOWN', which obligation) for ``thm`` under ``assumed``."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    for name, build in proof_queries(thm, sem, assumed):
+        left = int((deadline - time.monotonic()) * 1000)
+        if left <= 0:
+            return "UNKNOWN", f"{name}: out of time"
+        res, _ = _solve(build(), left)
+        if res == z3.sat:
+            return "FAILED", name
+        if res == z3.unknown:
+            return "UNKNOWN", f"{name}: solver returned unknown"
+    return "PROVED", ""
+
+
+Sizes = tuple[tuple[int, ...], int]  # GPU block sizes per group, block_size_factor
+
+
+def size_space(max_block: int = 3, max_factor: int = 3) -> list[Sizes]:
+    """Small concrete layouts the start-up checks accept, simplest first."""
+    out: list[Sizes] = []
+    rng = range(1, max_block + 1)
+    for gpu in itertools.product(rng, repeat=len(TEMPLATE)):
+        same = len(set(gpu)) == 1
+        mamba_ok = all(gpu[g] == min(gpu) for g, k in enumerate(TEMPLATE) if k == MAMBA)
+        if not (same or mamba_ok):
+            continue  # kv_cache_utils.py:655 then base.py:493 refuse it
+        for f in range(1, max_factor + 1):
+            if f == 1 or same:  # base.py:507
+                out.append((gpu, f))
+    return sorted(out, key=lambda s: (sum(s[0]) * s[1], s[1], s[0]))
+
+
+def bmc(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int,
+        passes: int = BMC_PASSES, bound: int = BMC_BLOCKS, sizes: Sizes | None = None,
+        extra: Callable[[Config], list[z3.BoolRef]] | None = None,
+        ) -> tuple[z3.CheckSatResult, Problem, z3.Solver | None]:
+    """Exact unrolling of up to ``passes`` passes (at most ``bound`` offloaded blocks per
+    group; with ``sizes`` the block sizes are fixed, which keeps the arithmetic linear),
+    asking for a violation."""
+    p = _problem(thm, sem, assumed, bound)
+    if sizes is not None:
+        p.premises += [b == v for b, v in zip(p.cfg.gpu, sizes[0], strict=True)]
+        p.premises.append(p.cfg.factor == sizes[1])
+    if extra is not None:
+        p.premises += extra(p.cfg)
+    d = p.d
+    st = run_pass(p.enc, p.cfg, d, p.init, d.order)
+    for _ in range(passes - 1):
+        st = select(finished(st), st, next_pass(p.enc, p.cfg, d, st))
+    query = [finished(st), _violation(thm, p, st)]
+    res, solver = _solve(p.premises + query + p.enc.cons, timeout_ms)
+    return res, p, (solver if res == z3.sat else None)
+
+
+def _int(m: z3.ModelRef, e: z3.ArithRef) -> int:
+    return int(m.eval(e, model_completion=True).as_long())
+
+
+def _bool(m: z3.ModelRef, e: z3.BoolRef) -> bool:
+    return bool(z3.is_true(m.eval(e, model_completion=True)))
+
+
+def scenario_from_model(m: z3.ModelRef, cfg: Config, sem: Semantics) -> dict[str, Any]:
+    """The scenario file for a Z3 model (blocks beyond the prompt do not matter)."""
+    factor = _int(m, cfg.factor)
+    prompt = _int(m, cfg.prompt)
+    groups = []
+    for g, kind in enumerate(cfg.kinds):
+        bs = _int(m, cfg.gpu[g])
+        nblocks = prompt // (bs * factor)
+        st = cfg.stores[g]
+        stored = [i for i in range(nblocks) if _bool(m, st.stored(z3.IntVal(i)))]
+        grp: dict[str, Any] = {"kind": kind, "gpu_block_size": bs,
+                               "stored": "all" if len(stored) == nblocks else stored}
+        if kind == SW:
+            w = cfg.window[g]
+            assert w is not None
+            grp["sliding_window"] = _int(m, w)
+        if kind == MAMBA:
+            mode = cfg.mode[g]
+            assert mode is not None
+            grp["mamba_cache_mode"] = {v: k for k, v in MODES.items()}[_int(m, mode)]
+        if _bool(m, cfg.eagle[g]):
+            grp["eagle"] = True
+        deferred = [i for i in range(nblocks) if _bool(m, st.deferred(z3.IntVal(i)))]
+        loading = [i for i in range(nblocks) if _bool(m, st.loading(z3.IntVal(i)))]
+        if deferred:
+            grp["deferred"] = deferred
+        if loading:
+            grp["being_loaded"] = loading
+        groups.append(grp)
+    out: dict[str, Any] = {
+        "semantics": sem.name,
+        "block_size_factor": factor,
+        "prompt_tokens": prompt,
+        "num_computed_tokens": _int(m, cfg.computed),
+        "groups": groups,
+    }
+    if not _bool(m, cfg.prefix_caching):
+        out["enable_prefix_caching"] = False
+    if _bool(m, cfg.skip_reading):
+        out["skip_reading_prefix_cache"] = True
+    if _bool(m, cfg.in_flight):
+        out["in_flight_transfers"] = True
+    if sem.align_from == "cache_config":
+        out["mamba_block_size"] = _int(m, cfg.mamba_block_size)
+    return out
+
+
+def replay(thm: Theorem, scenario: dict[str, Any], assumed: Sequence[str]) -> str | None:
+    """None if ``model/`` shows the same failure, else why not (an encoding bug)."""
+    s = parse_scenario(scenario)
+    enforce = all(r in assumed for r in ("gpu-hit-aligned", "gpu-hit-leaves-last-token"))
+    o = evaluate(s, enforce=enforce)
+    if o.refused:
+        return f"model refuses it: {o.refused}"
+    if thm.name == "maximality":
+        assert o.layout is not None
+        better = larger_valid_hit(s, o.layout, get_semantics(s.semantics), o.hit_tokens)
+        return None if better is not None else f"model finds no valid hit above {o.hit_tokens}"
+    if thm.name in {v.invariant for v in o.violations}:
+        return None
+    return f"model gives hit {o.hit_tokens} with violations {[v.invariant for v in o.violations]}"
+
+
+def _simplify(solver: z3.Solver, cfg: Config, bound: int, deadline: float) -> None:
+    """Prefer a plain scenario: every block stored, nothing deferred or loading, no EAGLE,
+    default flags. Each preference is kept only if a counterexample remains."""
+    blocks = [z3.IntVal(i) for i in range(bound)]
+    prefs: list[z3.BoolRef] = [
+        z3.And([z3.Not(s.loading(i)) for s in cfg.stores for i in blocks]),
+        z3.And([z3.Not(s.deferred(i)) for s in cfg.stores for i in blocks]),
+        z3.And([z3.Not(e) for e in cfg.eagle]),
+        z3.And(cfg.prefix_caching, z3.Not(cfg.skip_reading), z3.Not(cfg.in_flight)),
+        z3.And([s.stored(i) for s in cfg.stores for i in blocks]),
+        cfg.computed == 0,
+    ]
+    prefs += [s.stored(i) for s in cfg.stores for i in blocks]
+    for pref in prefs:
+        left = int((deadline - time.monotonic()) * 1000)
+        if left <= 0:
+            return
+        solver.push()
+        solver.add(pref)
+        solver.set("timeout", left)
+        if solver.check() == z3.sat:
+            continue  # keep the preference (stay pushed)
+        solver.pop()
+    solver.set("timeout", 10_000)
+    solver.check()
+
+
+def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int,
+                   sizes: Sequence[Sizes] | None = None) -> Verdict:
+    """Search small layouts for the smallest prompt that breaks ``thm``, then shrink the
+    rest, replay through model/. COUNTEREXAMPLE only when the model reproduces it."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout_ms / 1000
+    best: tuple[int, Sizes] | None = None
+    unknown = False
+    for layout in sizes or size_space():
+        left = int((deadline - time.monotonic()) * 1000)
+        if left <= 0:
+            unknown = True
+            break
+        hi = best[0] - 1 if best else None
+        res, p, solver = bmc(thm, sem, assumed, left, sizes=layout, extra=(
+            None if hi is None else lambda c, b=hi: [c.prompt <= b]))
+        if res == z3.unknown:
+            unknown = True
+        if solver is None:
+            continue
+        found = _int(solver.model(), p.cfg.prompt)
+        lo = 1
+        while lo < found:  # binary search for this layout's smallest prompt
+            mid = (lo + found) // 2
+            res, p, solver = bmc(thm, sem, assumed, 20_000, sizes=layout,
+                                 extra=lambda c, b=mid: [c.prompt <= b])
+            if solver is not None:
+                found = _int(solver.model(), p.cfg.prompt)
+            else:
+                lo = mid + 1
+        best = (found, layout)
+    if best is None:
+        why = "solver returned unknown" if unknown else "none found"
+        return Verdict("UNKNOWN", time.monotonic() - t0,
+                       note=f"no proof, and no counterexample ({why}) within {BMC_PASSES} "
+                            f"passes, {BMC_BLOCKS} blocks per group and small block sizes")
+    prompt, layout = best
+    res, p, solver = bmc(thm, sem, assumed, 30_000, sizes=layout,
+                         extra=lambda c: [c.prompt == prompt])
+    if solver is None:
+        return Verdict("UNKNOWN", time.monotonic() - t0, note="counterexample lost on re-solve")
+    _simplify(solver, p.cfg, BMC_BLOCKS, time.monotonic() + 20)
+    scen = scenario_from_model(solver.model(), p.cfg, sem)
+    why = replay(thm, scen, assumed)
+    if why is not None:
+        return Verdict("UNKNOWN", time.monotonic() - t0, scen,
+                       note=f"counterexample not reproduced by model/ ({why}): encoding bug")
+    return Verdict("COUNTEREXAMPLE", time.monotonic() - t0, scen)
+
+
+def check(thm_name: str, sem_name: str, timeout_ms: int = 30_000,
+          assumed: Sequence[str] | None = None) -> Verdict:
+    """PROVED / COUNTEREXAMPLE / UNKNOWN for one theorem and semantics."""
+    thm = THEOREMS[thm_name]
+    sem = get_semantics(sem_name)
+    assumed = thm.preconditions if assumed is None else tuple(assumed)
+    for a in assumed:
+        if a not in PRECONDITIONS:
+            raise ValueError(f"precondition: unknown name {a!r}")
+    t0 = time.monotonic()
+    status, where = prove(thm, sem, assumed, timeout_ms)
+    if status == "PROVED":
+        return Verdict("PROVED", time.monotonic() - t0)
+    left = timeout_ms - int((time.monotonic() - t0) * 1000)
+    v = counterexample(thm, sem, assumed, max(left, 1000))
+    note = v.note if status == "FAILED" else f"{where}; {v.note}".strip("; ")
+    if status == "UNKNOWN" and v.status != "COUNTEREXAMPLE":
+        return Verdict("UNKNOWN", time.monotonic() - t0, v.counterexample, note)
+    return Verdict(v.status, time.monotonic() - t0, v.counterexample,
+                   note if v.status != "COUNTEREXAMPLE" else f"proof obligation failed: {where}")

@@ -1,0 +1,156 @@
+"""The per-group lemmas and the final step of a layered proof (see ``proofs.abstract``).
+
+Each function returns queries that must be unsatisfiable, on the exact encoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import z3
+
+from model.semantics import Semantics
+from proofs.encoding import (
+    FA,
+    Config,
+    Derived,
+    Enc,
+    Result,
+    derive,
+    fresh_state,
+    group_step,
+    initial_max_hit,
+    initial_max_hit_blocks,
+    ok_facts,
+    startup,
+    symbolic_config,
+)
+from proofs.theorems import TEMPLATE, Context, precondition_formula, valid_hit
+
+Query = tuple[str, Callable[[], list[z3.BoolRef]]]
+
+
+def _setup(sem: Semantics, assumed: Sequence[str]) -> tuple[Enc, Config, Derived,
+                                                             list[z3.BoolRef]]:
+    enc = Enc()
+    cfg = symbolic_config(TEMPLATE)
+    d = derive(enc, cfg, sem)
+    premises = [startup(cfg, sem)] + [precondition_formula(p, enc, cfg, d) for p in assumed]
+    return enc, cfg, d, premises
+
+
+def _finish(enc: Enc, cons: list[z3.BoolRef]) -> list[z3.BoolRef]:
+    cons = cons + enc.cons
+    return cons + enc.grounded(cons)
+
+
+def lemma_post(sem: Semantics, assumed: Sequence[str], g: int) -> list[z3.BoolRef]:
+    """post(g): a turn that neither defers nor stops leaves OK_g at the new max hit."""
+    enc, cfg, d, pre = _setup(sem, assumed)
+    st = fresh_state(enc, len(cfg.kinds), "pre")
+    _, info = group_step(enc, cfg, d, st, g)
+    out = info.outcome
+    claim = ok_facts(enc, cfg, d, g, info.m2)
+    return _finish(enc, pre + [z3.Not(info.too_short), z3.Not(out.deferred),
+                               z3.Not(out.no_hit), z3.Not(claim)])
+
+
+def lemma_keeps(sem: Semantics, assumed: Sequence[str], g: int) -> list[z3.BoolRef]:
+    """keeps(g): with a valid hit h* and max hit >= nc + h*, the turn finds a hit and
+    does not cut below nc + h*."""
+    enc, cfg, d, pre = _setup(sem, assumed)
+    h = z3.Int("larger_hit")
+    ctx = Context(enc, cfg, d, sem, Result(z3.BoolVal(False), h), initial_max_hit(
+        enc, cfg, d, sem))
+    st = fresh_state(enc, len(cfg.kinds), "pre")
+    _, info = group_step(enc, cfg, d, st, g)
+    target = cfg.computed + h
+    out = info.outcome
+    keeps = z3.And(z3.Not(out.no_hit), z3.Or(out.deferred, out.cut >= target))
+    return _finish(enc, pre + [valid_hit(ctx, h), info.m1 >= target, z3.Not(keeps)])
+
+
+def lemma_down(sem: Semantics, assumed: Sequence[str], g: int) -> list[z3.BoolRef]:
+    """down(g): a full-attention group's OK facts are downward closed."""
+    enc, cfg, d, pre = _setup(sem, assumed)
+    a, b = z3.Int("lower"), z3.Int("upper")
+    return _finish(enc, pre + [a <= b, ok_facts(enc, cfg, d, g, b),
+                               z3.Not(ok_facts(enc, cfg, d, g, a))])
+
+
+def lemma_queries(sem: Semantics, assumed: Sequence[str], maximal: bool) -> list[Query]:
+    out: list[Query] = []
+    for g, k in enumerate(TEMPLATE):
+        out.append((f"lemma post(g{g})", lambda g=g: lemma_post(sem, assumed, g)))
+        if k == FA:
+            out.append((f"lemma down(g{g})", lambda g=g: lemma_down(sem, assumed, g)))
+        if maximal:
+            out.append((f"lemma keeps(g{g})", lambda g=g: lemma_keeps(sem, assumed, g)))
+    return out
+
+
+def _ends_on_a_block(cfg: Config, d: Derived, end: z3.ArithRef, m0: z3.ArithRef
+                     ) -> z3.BoolRef:
+    return z3.Or([end == m0] + [end == d.obs[g] * z3.Int(f"final_blocks{g}")
+                                for g in range(len(cfg.kinds))])
+
+
+def alignment_queries(sem: Semantics, assumed: Sequence[str]) -> list[Query]:
+    """The loop's final max hit is a multiple of the Mamba alignment size (when the
+    semantics aligns): the cut that ``final_query(aligned=True)`` relies on. One query per
+    way the summary says the hit may end, each with its multiple named."""
+    def case(g: int | None) -> list[z3.BoolRef]:
+        enc, cfg, d, pre = _setup(sem, assumed)
+        m0, blocks = initial_max_hit_blocks(enc, cfg, d, sem)
+        end = z3.Int("final_max_hit")
+        if g is None:
+            where = end == m0
+            witness = blocks if blocks is not None else z3.Int("no_witness")
+        else:
+            where = end == d.obs[g] * z3.Int(f"final_blocks{g}")
+            witness = z3.Int(f"blocks_per_align{g}") * z3.Int(f"final_blocks{g}")
+        return _finish(enc, pre + [where, d.align_on, end != d.align * witness])
+
+    cases: list[int | None] = [None, *range(len(TEMPLATE))]
+    return [(f"the hit ends on a Mamba alignment boundary ({'M0' if g is None else f'g{g}'})",
+             lambda g=g: case(g)) for g in cases]
+
+
+def final_query(sem: Semantics, assumed: Sequence[str],
+                violation: Callable[[Context, z3.ArithRef | None], z3.BoolRef],
+                maximal: bool, uses_store: bool = True, aligned: bool = False
+                ) -> list[z3.BoolRef]:
+    """The property at the loop's end, from the summary interpreted exactly.
+
+    With ``aligned``, the summary's "the hit ends at the initial max hit or at a multiple
+    of some group's block" is replaced by its consequence "the hit ends at a multiple of
+    the Mamba alignment size", which ``alignment_query`` proves.
+    """
+    enc, cfg, d, pre = _setup(sem, assumed)
+    n = len(cfg.kinds)
+    m0 = initial_max_hit(enc, cfg, d, sem)
+    end = z3.Int("final_max_hit")
+    nc = cfg.computed
+    facts = [end - nc >= 1, end <= m0]
+    facts += [end <= cap for cap in d.cap]
+    if uses_store:
+        facts += [ok_facts(enc, cfg, d, g, end) for g in range(n)]
+    if aligned:
+        facts.append(z3.Implies(d.align_on, end == d.align * z3.Int("end_in_align_blocks")))
+    else:
+        facts.append(_ends_on_a_block(cfg, d, end, m0))
+    facts.append(z3.Or([end - nc >= o for o in d.obs]))
+    hit: z3.ArithRef = end - nc
+    if sem.align_at == "num_hit":  # alt-round-num-hit rounds after the loop
+        hit = z3.If(d.align_on, d.align * enc.floordiv(hit, d.align, "rounded_hit"), hit)
+    deferred: z3.BoolRef = z3.BoolVal(False)
+    if sem.skip_reading_check:
+        hit = z3.If(cfg.skip_reading, z3.IntVal(0), hit)
+    if sem.in_flight_check:
+        deferred = cfg.in_flight
+    ctx = Context(enc, cfg, d, sem, Result(deferred, hit), m0)
+    candidate = None
+    if maximal:
+        candidate = z3.Int("larger_hit")
+        facts += [valid_hit(ctx, candidate), end >= nc + candidate]
+    return _finish(enc, pre + facts + [violation(ctx, candidate)])

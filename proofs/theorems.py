@@ -1,0 +1,301 @@
+"""The theorems, each stated once in words and once in Z3, with its preconditions.
+
+A theorem is a *violation* formula over the lookup's result and load plan: PROVED means
+no configuration, prompt, GPU hit and store content (all sizes unbounded) satisfies it
+under the start-up checks and the theorem's preconditions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import z3
+
+from model.semantics import Semantics
+from proofs.encoding import (
+    FA,
+    MAMBA,
+    MODE_ALIGN,
+    MODE_ALL,
+    NEXT_ALL,
+    NEXT_SW,
+    SW,
+    Config,
+    Derived,
+    Enc,
+    Result,
+    State,
+    load_plan,
+)
+
+TEMPLATE = (FA, SW, MAMBA)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a property may look at: the configuration, the loop's end and the result."""
+
+    enc: Enc
+    cfg: Config
+    d: Derived
+    sem: Semantics
+    result: Result
+    m0: z3.ArithRef  # the initial max_hit_size_tokens
+
+
+@dataclass(frozen=True)
+class Precondition:
+    name: str
+    words: str
+    formula: Callable[[Config, Derived], z3.BoolRef]
+    # can a real vLLM configuration break it? with the code that says so
+    in_vllm: str
+    # a request property the model enforces by default (replay without enforcing)
+    runtime: bool = False
+
+
+PRECONDITIONS: dict[str, Precondition] = {
+    p.name: p
+    for p in (
+        Precondition(
+            "gpu-hit-aligned",
+            "num_computed_tokens is a multiple of every group's GPU block size",
+            lambda c, d: z3.And([c.computed == b * z3.Int(f"computed_in_blocks{g}")
+                                 for g, b in enumerate(c.gpu)]),
+            "Always holds: GPU prefix-cache hits are whole blocks of the scheduler block size, "
+            "the lcm of the group block sizes (vllm/v1/core/kv_cache_utils.py:641).",
+            runtime=True,
+        ),
+        Precondition(
+            "gpu-hit-leaves-last-token",
+            "num_computed_tokens < prompt_tokens",
+            lambda c, d: c.computed < c.prompt,
+            "Always holds: the GPU prefix hit is capped at prompt_tokens - 1 "
+            "(vllm/v1/core/kv_cache_manager.py:227).",
+            runtime=True,
+        ),
+        Precondition(
+            "mamba-mode-not-all",
+            "no Mamba group uses mamba_cache_mode 'all'",
+            lambda c, d: z3.And([m != MODE_ALL for m in c.mode if m is not None]),
+            "Can break: 'all' is the default for models that support Mamba prefix caching "
+            "(vllm/model_executor/models/config.py:420); vLLM issue #51094, fixed in 0.28.0.",
+        ),
+        Precondition(
+            "align-divides-blocks",
+            "every group's offloaded block size is a multiple of the Mamba offloaded block size",
+            lambda c, d: z3.Or(z3.Not(d.align_on), z3.And(
+                [o == d.align * z3.Int(f"blocks_per_align{g}") for g, o in enumerate(d.obs)])),
+            "Holds for the hybrids vLLM builds in align mode, where mamba_block_size is set to "
+            "cache_config.block_size (vllm/model_executor/models/config.py:453), but the "
+            "offloading code accepts any per-group block sizes whose gcd divides them all "
+            "(vllm/v1/core/kv_cache_utils.py:662).",
+        ),
+        Precondition(
+            "same-block-size",
+            "every group has the same GPU block size",
+            lambda c, d: z3.And([b == c.gpu[0] for b in c.gpu]),
+            "Can break: groups may have different block sizes "
+            "(vllm/v1/core/kv_cache_utils.py:641, 662; scheduler.py:134 names DeepSeek V4).",
+        ),
+        Precondition(
+            "window-whole-blocks",
+            "every sliding window is a whole number of offloaded blocks",
+            lambda c, d: z3.And([w == d.obs[g] * z3.Int(f"window_in_blocks{g}")
+                                 for g, w in enumerate(c.window) if w is not None]),
+            "Can break: sliding windows are model-defined token counts (e.g. 4096 with block 16 "
+            "is whole, but nothing requires it: scheduler.py:98 rounds up).",
+        ),
+        Precondition(
+            "no-eagle",
+            "no group is an EAGLE/MTP draft group",
+            lambda c, d: z3.And([z3.Not(e) for e in d.eagle]),
+            "Can break: EAGLE/MTP speculative decoding marks groups (scheduler.py:169-180); "
+            "their trailing block is given away on purpose.",
+        ),
+        Precondition(
+            "nothing-deferred-or-loading",
+            "the store defers no lookup and no block is being loaded",
+            lambda c, d: z3.BoolVal(True),  # applied to the store in theorems.py
+            "Can break: asynchronous stores defer lookups (scheduler.py:396-401) and other "
+            "requests' loads are tracked (scheduler.py:590).",
+        ),
+    )
+}
+
+
+def precondition_formula(name: str, enc: Enc, cfg: Config, d: Derived) -> z3.BoolRef:
+    if name == "nothing-deferred-or-loading":
+        # every block of every group: instantiated like the other store facts
+        return z3.And([enc.forall(z3.IntVal(0), d.keys[g] + 1, lambda i, s=s: z3.And(
+            z3.Not(s.deferred(i)), z3.Not(s.loading(i)))) for g, s in enumerate(cfg.stores)])
+    return PRECONDITIONS[name].formula(cfg, d)
+
+
+# --- the properties (violations) ----------------------------------------------------
+
+
+def _active(ctx: Context) -> z3.BoolRef:
+    return z3.And(z3.Not(ctx.result.deferred), ctx.result.hit > 0)
+
+
+def violates_no_partial_state(ctx: Context) -> z3.BoolRef:
+    """I1: a restored Mamba state sits exactly where the hit ends."""
+    mamba = [g for g, k in enumerate(ctx.cfg.kinds) if k == MAMBA]
+    loads = load_plan(ctx.enc, ctx.cfg, ctx.d, ctx.result.hit, mamba)
+    end = ctx.cfg.computed + ctx.result.hit
+    bad = [
+        z3.And(z3.Or(ctx.cfg.mode[g] == MODE_ALIGN, ctx.cfg.mode[g] == MODE_ALL),
+               loads[g].lo < loads[g].hi, loads[g].state_position != end)
+        for g, k in enumerate(ctx.cfg.kinds) if k == MAMBA
+    ]
+    return z3.And(_active(ctx), z3.Or(bad))
+
+
+def violates_loads_stored_only(ctx: Context) -> z3.BoolRef:
+    """I2: the load reads only blocks the store holds."""
+    loads = load_plan(ctx.enc, ctx.cfg, ctx.d, ctx.result.hit)
+    bad = []
+    for g, load in loads.items():
+        i = ctx.enc.fresh_int(f"unstored{g}")
+        bad.append(z3.And(load.lo <= i, i < load.hi,
+                          z3.Not(ctx.cfg.stores[g].stored(ctx.enc.index(i)))))
+    return z3.And(_active(ctx), z3.Or(bad))
+
+
+def violates_leaves_last_token(ctx: Context) -> z3.BoolRef:
+    """I3: with sliding-window or Mamba groups the last prompt token is recomputed."""
+    end = ctx.cfg.computed + ctx.result.hit
+    return z3.And(_active(ctx), end > ctx.cfg.prompt - 1)
+
+
+def violates_whole_blocks(ctx: Context) -> z3.BoolRef:
+    """I4: a non-zero hit covers at least one offloaded block of every group."""
+    return z3.And(_active(ctx), z3.Or([ctx.result.hit < o for o in ctx.d.obs]))
+
+
+def valid_hit(ctx: Context, h: z3.ArithRef) -> z3.BoolRef:
+    """``model.maximality.is_valid_hit`` in Z3."""
+    enc, cfg, d, sem = ctx.enc, ctx.cfg, ctx.d, ctx.sem
+    end = cfg.computed + h
+    loads = load_plan(enc, cfg, d, h)
+    c = [h > 0, end <= cfg.prompt, end <= cfg.prompt - 1]  # I3: the template has windows
+    if sem.skip_reading_check:
+        c.append(z3.Not(cfg.skip_reading))
+    if sem.in_flight_check:
+        c.append(z3.Not(cfg.in_flight))
+    for g, k in enumerate(cfg.kinds):
+        ld = loads[g]
+        c.append(ld.hi <= d.keys[g])  # the request has the keys
+        c.append(h >= d.obs[g])  # I4
+        st = cfg.stores[g]
+        c.append(enc.forall(ld.lo, ld.hi, lambda i, st=st: z3.And(
+            st.stored(i), z3.Not(st.deferred(i)),
+            z3.Not(z3.And(cfg.prefix_caching, st.loading(i))))))
+        win = d.win[g]
+        if win is not None:  # scheduler.py:728's assertion holds
+            c.append(ld.pending <= win * cfg.factor)
+        if k == MAMBA:
+            mode = cfg.mode[g]
+            c.append(z3.Implies(z3.And(z3.Or(mode == MODE_ALIGN, mode == MODE_ALL),
+                                       ld.lo < ld.hi), ld.state_position == end))
+    return z3.And(c)
+
+
+@dataclass(frozen=True)
+class Theorem:
+    name: str
+    words: str
+    violation: Callable[[Context], z3.BoolRef] | None  # None: termination
+    preconditions: tuple[str, ...]
+    # per semantics: True = expected to hold
+    expected: dict[str, bool]
+    # whether the property needs the store facts of the loop's summary
+    uses_store: bool = True
+    # whether the property needs only that the hit ends on a Mamba alignment boundary
+    aligned: bool = False
+
+
+ALL_SEMANTICS = ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit", "alt-cache-config-block-size")
+RUNTIME = ("gpu-hit-aligned", "gpu-hit-leaves-last-token")
+
+
+def _holds_on(*names: str) -> dict[str, bool]:
+    return {s: s in names for s in ALL_SEMANTICS}
+
+
+THEOREMS: dict[str, Theorem] = {
+    t.name: t
+    for t in (
+        Theorem(
+            "no-partial-state",
+            "Whenever a hit restores a Mamba state (cache mode align or all), the state was "
+            "saved exactly at num_computed_tokens + hit.",
+            violates_no_partial_state,
+            RUNTIME + ("mamba-mode-not-all", "align-divides-blocks"),
+            _holds_on("vllm-0.24.0"),
+            uses_store=False,
+            aligned=True,
+        ),
+        Theorem(
+            "loads-stored-only",
+            "Every block the load reads is held by the store.",
+            violates_loads_stored_only,
+            RUNTIME + ("same-block-size",),
+            _holds_on(*ALL_SEMANTICS),
+        ),
+        Theorem(
+            "leaves-last-token",
+            "With sliding-window or Mamba groups the hit ends before the last prompt token.",
+            violates_leaves_last_token,
+            RUNTIME,
+            _holds_on(*ALL_SEMANTICS),
+            uses_store=False,
+        ),
+        Theorem(
+            "whole-blocks",
+            "A non-zero hit is at least one offloaded block of every group.",
+            violates_whole_blocks,
+            RUNTIME + ("same-block-size",),
+            _holds_on(*ALL_SEMANTICS),
+            uses_store=False,
+        ),
+        Theorem(
+            "termination",
+            "The convergence loop stops: every pass that schedules another lowers "
+            "max_hit_size_tokens, which stays above num_computed_tokens while the loop runs.",
+            None,
+            (),
+            _holds_on(*ALL_SEMANTICS),
+        ),
+        Theorem(
+            "maximality",
+            "No larger hit than the one returned would keep the invariants for the same store.",
+            None,  # built in proofs.check (it needs the candidate in the invariant)
+            RUNTIME + ("mamba-mode-not-all", "no-eagle", "nothing-deferred-or-loading"),
+            _holds_on("vllm-0.24.0"),
+        ),
+    )
+}
+
+
+def common_invariant(ctx: Context, st: State) -> z3.BoolRef:
+    """What holds between passes, whatever the theorem (proved inductive per check)."""
+    cfg, d = ctx.cfg, ctx.d
+    c = [
+        st.num_hit == st.m - cfg.computed,
+        st.m - cfg.computed >= 1,
+        st.m <= ctx.m0,
+        z3.Or(st.next == NEXT_ALL, st.next == NEXT_SW),
+        z3.Or([z3.And(st.src == -1, st.m == ctx.m0)]
+              + [z3.And(st.src == g, st.m == o * st.mult) for g, o in enumerate(d.obs)]),
+    ]
+    c += [st.m <= k * o for k, o in zip(d.keys, d.obs, strict=True)]
+    # before a sliding-window-only pass, the full-attention prefix up to m is confirmed
+    for g, k in enumerate(cfg.kinds):
+        if k == FA:
+            hi = ctx.enc.cdiv(st.m, d.obs[g], f"fa_end{g}")
+            c.append(z3.Implies(st.next == NEXT_SW, ctx.enc.forall(
+                d.start[g], hi, cfg.stores[g].confirmed)))
+    return z3.And(c)
