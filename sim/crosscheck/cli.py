@@ -134,31 +134,47 @@ def disagreement_signature(real: RealScheduler, raw: dict[str, Any],
 
 
 def run_hypothesis(real: RealScheduler, n: int, seed: int | None, tally: Tally,
-                   check_lookups: bool, progress_every: int = 500,
+                   check_lookups: bool, progress_every: int = 1000,
                    ) -> list[tuple[str, Scenario, Verdict]]:
-    """Run ``n`` generated scenarios through both sides (all of them: a disagreement does
-    not stop the run); return one shrunk scenario per kind of disagreement."""
+    """Check ``n`` distinct generated scenarios on both sides (all of them: a disagreement
+    does not stop the run); return one shrunk scenario per kind of disagreement.
+
+    Hypothesis draws the same scenario more than once now and then, so it runs in
+    batches (seeds ``seed``, ``seed + 1``, ...; default 0: reproducible) until ``n``
+    distinct scenarios have been checked.
+    """
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hseed
 
     from sim.crosscheck.gen import scenarios
 
-    calls = [0]
     t0 = time.monotonic()
+    base = 0 if seed is None else seed
+    start = len(tally.seen)
+    last = [start]
 
-    @settings(max_examples=n, deadline=None, database=None, derandomize=seed is None,
-              suppress_health_check=list(HealthCheck), phases=[Phase.generate])
-    @given(scenarios(semantics_for(real.version)))
-    def prop(s: Scenario) -> None:
-        calls[0] += 1
-        if calls[0] % progress_every == 0:
-            rate = calls[0] / (time.monotonic() - t0)
-            _say(f"  vLLM {real.version}: {calls[0]} scenarios run ({rate:.0f}/s), "
-                 f"{tally.agreed} agree, {len(tally.disagreements)} disagree")
-        check_one(real, s, tally, check_lookups)
+    def checked() -> int:
+        return len(tally.seen) - start
 
-    test = prop if seed is None else hseed(seed)(prop)
-    test()
+    for batch in range(100):
+        want = n - checked()
+        if want <= 0:
+            break
+
+        @settings(max_examples=max(50, want * 3 // 2), deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck), phases=[Phase.generate])
+        @given(scenarios(semantics_for(real.version)))
+        def prop(s: Scenario) -> None:
+            if checked() >= n:
+                return
+            check_one(real, s, tally, check_lookups)
+            if checked() - last[0] >= progress_every:
+                last[0] = checked()
+                rate = checked() / (time.monotonic() - t0)
+                _say(f"  vLLM {real.version}: {checked()} scenarios checked ({rate:.0f}/s), "
+                     f"{tally.agreed} agree, {len(tally.disagreements)} disagree")
+
+        hseed(base + batch)(prop)()
     kinds: dict[str, tuple[Scenario, Verdict]] = {}
     for s, verdict in tally.disagreements:
         kinds.setdefault(signature(verdict.diffs), (s, verdict))
@@ -212,13 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm", default=",".join(VERSIONS),
                     help="comma-separated vLLM versions (default: %(default)s)")
     ap.add_argument("--examples", type=int, default=2000,
-                    help="Hypothesis scenarios per version (default: %(default)s)")
+                    help="distinct generated scenarios per version (default: %(default)s)")
     ap.add_argument("--scenarios", action="append", default=[], metavar="DIR",
                     help="replay every scenario file under DIR (repeatable)")
     ap.add_argument("--out", type=Path, default=OUT_DIR,
                     help="where shrunk disagreements are written (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=None,
-                    help="Hypothesis seed (default: derandomized, reproducible)")
+                    help="first Hypothesis seed (default 0; runs are reproducible)")
     ap.add_argument("--bench-calls", type=int, default=2000,
                     help="calls for the fixed benchmark (0 skips it)")
     ap.add_argument("--no-lookups", action="store_true",
