@@ -27,20 +27,19 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message.splitlines()[0])
 
 
-def _positive(flag: str, minimum: int = 1) -> Callable[[str], int]:
+def _positive(minimum: int = 1) -> Callable[[str], int]:
     def conv(text: str) -> int:
         try:
             v = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{flag}: expected an integer, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if v < minimum:
-            raise argparse.ArgumentTypeError(f"{flag}: must be >= {minimum}, got {v}")
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {v}")
         return v
     return conv
 
 
-def _range_arg(flag: str) -> Callable[[str], tuple[int, int]]:
+def _range_arg() -> Callable[[str], tuple[int, int]]:
     def conv(text: str) -> tuple[int, int]:
         parts = text.split("-")
         try:
@@ -48,28 +47,27 @@ def _range_arg(flag: str) -> Callable[[str], tuple[int, int]]:
         except ValueError:
             lo, hi = 0, -1
         if lo < 1 or hi < lo:
-            raise argparse.ArgumentTypeError(f"{flag}: expected A-B with 1 <= A <= B, "
-                                             f"got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected A-B with 1 <= A <= B, got {text!r}")
         return lo, hi
     return conv
 
 
 def _engine_flags(p: argparse.ArgumentParser, default_gpu: int) -> None:
-    p.add_argument("--block-size", type=_positive("--block-size"), default=16)
-    p.add_argument("--attention-groups", type=_positive("--attention-groups", 0), default=0,
+    p.add_argument("--block-size", type=_positive(), default=16)
+    p.add_argument("--attention-groups", type=_positive(0), default=0,
                    help="full-attention groups beside the Mamba group (default 0: pure Mamba)")
-    p.add_argument("--gpu-blocks", type=_positive("--gpu-blocks"), default=default_gpu)
-    p.add_argument("--cpu-blocks", type=_positive("--cpu-blocks"), default=32768)
-    p.add_argument("--max-num-batched-tokens", type=_positive("--max-num-batched-tokens"),
+    p.add_argument("--gpu-blocks", type=_positive(), default=default_gpu)
+    p.add_argument("--cpu-blocks", type=_positive(), default=32768)
+    p.add_argument("--max-num-batched-tokens", type=_positive(),
                    default=2048)
-    p.add_argument("--max-num-seqs", type=_positive("--max-num-seqs"), default=128)
+    p.add_argument("--max-num-seqs", type=_positive(), default=128)
     p.add_argument("--long-prefill-token-threshold",
-                   type=_positive("--long-prefill-token-threshold", 0), default=0)
-    p.add_argument("--store-latency", type=_range_arg("--store-latency"), default=(2, 8),
+                   type=_positive(0), default=0)
+    p.add_argument("--store-latency", type=_range_arg(), default=(2, 8),
                    help="steps until a store completes, A-B (default 2-8)")
-    p.add_argument("--load-latency", type=_range_arg("--load-latency"), default=(1, 4))
+    p.add_argument("--load-latency", type=_range_arg(), default=(1, 4))
     p.add_argument("--cache-mamba-block-size",
-                   type=_positive("--cache-mamba-block-size"), default=None,
+                   type=_positive(), default=None,
                    help="cache_config.mamba_block_size for alt-cache-config-block-size "
                         "(default: the block size; set it to model a stale value)")
 
@@ -89,15 +87,16 @@ def _config(a: argparse.Namespace) -> EngineConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m sim", description=__doc__)
+    p = _Parser(prog="python -m sim", description="Simulate KV-offloading workloads "
+                "(run) or predict the second-send hit per prompt length (rerun).")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     run = sub.add_parser("run", help="simulate a workload under several semantics")
     run.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
-    run.add_argument("--requests", type=_positive("--requests"), required=True)
+    run.add_argument("--requests", type=_positive(), required=True)
     run.add_argument("--semantics", required=True, help="comma-separated names")
-    run.add_argument("--seed", type=_positive("--seed", 0), default=0)
+    run.add_argument("--seed", type=_positive(0), default=0)
     run.add_argument("--report", type=Path, default=None, help="write JSON and PNG here")
-    run.add_argument("--jobs", type=_positive("--jobs"), default=None,
+    run.add_argument("--jobs", type=_positive(), default=None,
                      help="processes (default: min(#semantics, #cpus))")
     run.add_argument("--no-progress", action="store_true")
     run.add_argument("--verify-clean", action="store_true",
