@@ -101,3 +101,28 @@ def test_env_recipe_names_pinned_requirements() -> None:
     assert pins and all("==" in ln for ln in pins)
     assert not any(ln.startswith(("torch", "vllm")) for ln in pins)
     assert "gguf" in envs.requirements_file("0.23.0").read_text()
+
+
+def test_shrink_keeps_the_kind_of_disagreement() -> None:
+    from sim.crosscheck.shrink import shrink, signature
+
+    big = {
+        "semantics": "vllm-0.23.0", "block_size_factor": 2, "prompt_tokens": 200,
+        "num_computed_tokens": 0, "in_flight_transfers": True,
+        "groups": [
+            {"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 40,
+             "stored": [0, 1, 3], "deferred": [2]},
+            {"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
+             "stored": "all"},
+        ],
+    }
+
+    def check(raw: dict) -> str | None:  # "disagrees" while the flag is set and 2+ blocks
+        return "x" if raw.get("in_flight_transfers") and raw["prompt_tokens"] >= 2 else None
+
+    small = shrink(big, check)
+    assert small["in_flight_transfers"] and small["prompt_tokens"] == 2
+    assert len(small["groups"]) == 1 and small["block_size_factor"] == 1
+    assert signature(["load assertion: model None vs real 'AssertionError at "
+                      "vllm/distributed/x.py:658: '", "hit: model 1 vs real 2"]) == (
+        "hit + load assertion@vllm/distributed/x.py:658")
