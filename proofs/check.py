@@ -138,7 +138,17 @@ def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
         queries.append((name, lambda q=q: q))
     if thm.aligned:
         queries += alignment_queries(sem, assumed)
-    if thm.name != "termination":
+    if thm.split:
+        for g in range(len(TEMPLATE)):
+            for case in range(-1, len(TEMPLATE)):
+                for sub in range(4):
+                    where = "M0" if case < 0 else f"a block of g{case}"
+                    queries.append((
+                        f"property from the summary (g{g}, hit ends at {where}, case {sub})",
+                        lambda g=g, case=case, sub=sub: final_query(
+                            sem, assumed, _violation_fn(thm), maximal, thm.uses_store,
+                            thm.aligned, g, case, sub)))
+    elif thm.name != "termination":
         queries.append(("property from the summary", lambda: final_query(
             sem, assumed, _violation_fn(thm), maximal, thm.uses_store, thm.aligned)))
     return queries
@@ -304,38 +314,41 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
     rest, replay through model/. COUNTEREXAMPLE only when the model reproduces it."""
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
-    best: tuple[int, Sizes] | None = None
+    best: tuple[int, Sizes, int] | None = None
     unknown = False
-    for layout in sizes or size_space():
-        left = int((deadline - time.monotonic()) * 1000)
-        if left <= 0:
-            unknown = True
+    for passes in range(1, BMC_PASSES + 1):  # most counterexamples need one pass
+        for layout in sizes or size_space():
+            left = int((deadline - time.monotonic()) * 1000)
+            if left <= 0:
+                unknown = True
+                break
+            hi = best[0] - 1 if best else None
+            res, p, solver = bmc(thm, sem, assumed, left, passes, sizes=layout, extra=(
+                None if hi is None else lambda c, b=hi: [c.prompt <= b]))
+            if res == z3.unknown:
+                unknown = True
+            if solver is None:
+                continue
+            found = _int(solver.model(), p.cfg.prompt)
+            lo = 1
+            while lo < found:  # binary search for this layout's smallest prompt
+                mid = (lo + found) // 2
+                res, p, solver = bmc(thm, sem, assumed, 20_000, passes, sizes=layout,
+                                     extra=lambda c, b=mid: [c.prompt <= b])
+                if solver is not None:
+                    found = _int(solver.model(), p.cfg.prompt)
+                else:
+                    lo = mid + 1
+            best = (found, layout, passes)
+        if best is not None:
             break
-        hi = best[0] - 1 if best else None
-        res, p, solver = bmc(thm, sem, assumed, left, sizes=layout, extra=(
-            None if hi is None else lambda c, b=hi: [c.prompt <= b]))
-        if res == z3.unknown:
-            unknown = True
-        if solver is None:
-            continue
-        found = _int(solver.model(), p.cfg.prompt)
-        lo = 1
-        while lo < found:  # binary search for this layout's smallest prompt
-            mid = (lo + found) // 2
-            res, p, solver = bmc(thm, sem, assumed, 20_000, sizes=layout,
-                                 extra=lambda c, b=mid: [c.prompt <= b])
-            if solver is not None:
-                found = _int(solver.model(), p.cfg.prompt)
-            else:
-                lo = mid + 1
-        best = (found, layout)
     if best is None:
         why = "solver returned unknown" if unknown else "none found"
         return Verdict("UNKNOWN", time.monotonic() - t0,
                        note=f"no proof, and no counterexample ({why}) within {BMC_PASSES} "
                             f"passes, {BMC_BLOCKS} blocks per group and small block sizes")
-    prompt, layout = best
-    res, p, solver = bmc(thm, sem, assumed, 30_000, sizes=layout,
+    prompt, layout, passes = best
+    res, p, solver = bmc(thm, sem, assumed, 30_000, passes, sizes=layout,
                          extra=lambda c: [c.prompt == prompt])
     if solver is None:
         return Verdict("UNKNOWN", time.monotonic() - t0, note="counterexample lost on re-solve")

@@ -626,6 +626,12 @@ def load_plan(enc: Enc, cfg: Config, d: Derived, hit: z3.ArithRef,
         first = zmin(zmax(skipped_blocks, local), num_gpu_blocks)  # scheduler.py:716
         hi = enc.cdiv(end, d.obs[g], f"load_end{g}")  # scheduler.py:734
         lo = enc.floordiv(first, cfg.factor, f"load_start{g}")  # scheduler.py:737
+        # instances of (x // a) // b == x // (a * b) (proofs.layers.arithmetic_lemmas)
+        enc.add(
+            z3.Implies(first == skipped_blocks,
+                       lo == enc.floordiv(skipped, d.obs[g], f"skipped_offloaded{g}")),
+            z3.Implies(first == local, lo == d.start[g]),
+        )
         pending = num_gpu_blocks - first
         lo = z3.If(z3.And(hit > 0, pending > 0), lo, hi)
         loads[g] = GroupLoad(lo, hi, hi * d.obs[g], pending)

@@ -78,8 +78,23 @@ def lemma_down(sem: Semantics, assumed: Sequence[str], g: int) -> list[z3.BoolRe
                                z3.Not(ok_facts(enc, cfg, d, g, a))])
 
 
+def nested_division(ceiling: bool) -> list[z3.BoolRef]:
+    """(x // a) // b == x // (a * b), or the same with cdiv, for a, b > 0: the identity
+    the encoding's load plan states for its own terms."""
+    x, a, b = z3.Ints("x a b")
+    enc = Enc()
+    div = enc.cdiv if ceiling else enc.floordiv
+    return enc.cons + [a > 0, b > 0, div(div(x, a), b) != div(x, a * b)]
+
+
+ARITHMETIC: list[Query] = [
+    ("lemma (x // a) // b == x // (a * b)", lambda: nested_division(False)),
+    ("lemma cdiv(cdiv(x, a), b) == cdiv(x, a * b)", lambda: nested_division(True)),
+]
+
+
 def lemma_queries(sem: Semantics, assumed: Sequence[str], maximal: bool) -> list[Query]:
-    out: list[Query] = []
+    out: list[Query] = list(ARITHMETIC)
     for g, k in enumerate(TEMPLATE):
         out.append((f"lemma post(g{g})", lambda g=g: lemma_post(sem, assumed, g)))
         if k == FA:
@@ -118,8 +133,9 @@ def alignment_queries(sem: Semantics, assumed: Sequence[str]) -> list[Query]:
 
 def final_query(sem: Semantics, assumed: Sequence[str],
                 violation: Callable[[Context, z3.ArithRef | None], z3.BoolRef],
-                maximal: bool, uses_store: bool = True, aligned: bool = False
-                ) -> list[z3.BoolRef]:
+                maximal: bool, uses_store: bool = True, aligned: bool = False,
+                group: int | None = None, case: int | None = None,
+                subcase: int | None = None) -> list[z3.BoolRef]:
     """The property at the loop's end, from the summary interpreted exactly.
 
     With ``aligned``, the summary's "the hit ends at the initial max hit or at a multiple
@@ -134,8 +150,11 @@ def final_query(sem: Semantics, assumed: Sequence[str],
     facts = [end - nc >= 1, end <= m0]
     facts += [end <= cap for cap in d.cap]
     if uses_store:
-        facts += [ok_facts(enc, cfg, d, g, end) for g in range(n)]
-    if aligned:
+        facts += [ok_facts(enc, cfg, d, g, end) for g in range(n)
+                  if group is None or g == group]
+    if case is not None:
+        facts.append(end == m0 if case < 0 else end == d.obs[case] * z3.Int("final_blocks"))
+    elif aligned:
         facts.append(z3.Implies(d.align_on, end == d.align * z3.Int("end_in_align_blocks")))
     else:
         facts.append(_ends_on_a_block(cfg, d, end, m0))
@@ -148,7 +167,10 @@ def final_query(sem: Semantics, assumed: Sequence[str],
         hit = z3.If(cfg.skip_reading, z3.IntVal(0), hit)
     if sem.in_flight_check:
         deferred = cfg.in_flight
-    ctx = Context(enc, cfg, d, sem, Result(deferred, hit), m0)
+    if subcase is not None:  # block_size_factor 1 or more, rounding on or off
+        facts.append(cfg.factor == 1 if subcase & 1 else cfg.factor > 1)
+        facts.append(d.align_on if subcase & 2 else z3.Not(d.align_on))
+    ctx = Context(enc, cfg, d, sem, Result(deferred, hit), m0, group)
     candidate = None
     if maximal:
         candidate = z3.Int("larger_hit")
