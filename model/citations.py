@@ -41,6 +41,7 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "first_pending": (SCHED, 608),
         "sw_pending_assert": (SCHED, 619),
         "keys_to_load": (SCHED, 630),
+        "load_needs_no_jobs": (SCHED, 658),
         "gpu_block_size": (BASE, 408),
         "hash_divides": (BASE, 420),
         "same_block_size": (BASE, 434),

@@ -97,8 +97,8 @@ def explain(s: Scenario, o: Outcome) -> str:
     hit = "deferred (None)" if o.hit_tokens is None else f"{o.hit_tokens} tokens"
     out.append(f"result: {hit} ({o.lookup.reason})")
     for load in o.loads:
-        st = "" if load.state_position is None else f", state at token {load.state_position}"
-        out.append(f"  load group {load.group}: blocks {list(load.blocks)}{st}")
+        state = "" if load.state_position is None else f", state at token {load.state_position}"
+        out.append(f"  load group {load.group}: blocks {list(load.blocks)}{state}")
     if o.assertion:
         out.append(f"  vLLM assertion would fail: {o.assertion}")
     out.extend(token_line(s, o))
