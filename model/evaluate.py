@@ -20,10 +20,14 @@ class Outcome:
     hit_tokens: int | None  # None: deferred (or refused)
     loads: tuple[GroupLoad, ...]
     violations: tuple[Violation, ...]
-    lookups: tuple[tuple[int, int], ...] = ()
     lookup: LookupResult | None = None
     layout: Layout | None = None
     assertion: str | None = None  # a vLLM assertion the load would trip
+
+    @property
+    def lookups(self) -> tuple[tuple[int, int], ...]:
+        """(group, block) in the order ``OffloadingManager.lookup`` saw them."""
+        return self.lookup.lookups if self.lookup is not None else ()
 
 
 def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True) -> Outcome:
@@ -50,4 +54,4 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
         check = cite(sem.base_version, "load_needs_no_jobs")
         assertion = assertion or f"a load is issued while transfers are in flight ({check})"
     return Outcome(sem.name, None, res.num_hit_tokens, plan.loads, tuple(violations),
-                   res.lookups, res, layout, assertion)
+                   res, layout, assertion)

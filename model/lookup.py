@@ -29,30 +29,54 @@ class Step:
     note: str = ""
 
 
+Segment = tuple[int, int, int, int]  # (group, first block, stop, step): blocks looked up
+
+
 @dataclass(frozen=True)
 class LookupResult:
     num_hit_tokens: int | None  # None: the request is deferred
     steps: tuple[Step, ...]
-    lookups: tuple[tuple[int, int], ...]  # (group, block) in the order the manager saw them
+    segments: tuple[Segment, ...]
     passes: int
     reason: str  # why the result is what it is, in words
+
+    @property
+    def lookups(self) -> tuple[tuple[int, int], ...]:
+        """(group, block) in the order the manager saw them."""
+        return tuple((g, b) for g, first, stop, step in self.segments
+                     for b in range(first, stop, step))
 
 
 @dataclass
 class _Manager:
-    """Answers lookups from the scenario and records them (the only mutable piece)."""
+    """Answers lookups from the scenario and records them (the only mutable piece).
+
+    A group with no deferred block answers from its stored set directly, and the blocks
+    looked up are kept as ranges: the same answers and order, without a call per block.
+    """
 
     groups: Sequence[Group]
-    calls: list[tuple[int, int]] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
 
     def lookup(self, group: int, block: int) -> bool | None:
-        self.calls.append((group, block))
+        self.segments.append((group, block, block + 1, 1))
         return self.groups[group].answer(block)
 
 
 def _maximal_prefix_lookup(mgr: _Manager, group: int, blocks: range) -> int | None:
     # scheduler.py:388 (323): consecutive hits from the start; a deferred answer counts
     # as a hit so that the manager can start async lookups, but the result is None
+    g = mgr.groups[group]
+    if not g.deferred:
+        stored = g.stored
+        n = len(blocks)
+        if stored is not None:
+            n = 0
+            while n < len(blocks) and blocks[n] in stored:
+                n += 1
+        if len(blocks):
+            mgr.segments.append((group, blocks.start, blocks.start + min(n + 1, len(blocks)), 1))
+        return n
     hit_count = 0
     defer_lookup = False
     for block in blocks:
@@ -69,6 +93,21 @@ def _maximal_prefix_lookup(mgr: _Manager, group: int, blocks: range) -> int | No
 def _sliding_window_lookup(mgr: _Manager, group: int, blocks: range, window: int) -> int | None:
     # scheduler.py:407 (342): scan from the end for the last run of `window` hits and
     # return its end index within `blocks`; a run that reaches the start counts as is
+    g = mgr.groups[group]
+    if not g.deferred:
+        stored = g.stored
+        consecutive_hits = 0
+        for idx in range(len(blocks) - 1, -1, -1):
+            if stored is None or blocks[idx] in stored:
+                consecutive_hits += 1
+                if consecutive_hits == window:
+                    mgr.segments.append((group, blocks.stop - 1, blocks.start + idx - 1, -1))
+                    return idx + window
+            else:
+                consecutive_hits = 0
+        if len(blocks):
+            mgr.segments.append((group, blocks.stop - 1, blocks.start - 1, -1))
+        return consecutive_hits
     defer_lookup = False
     consecutive_hits = 0
     for idx in range(len(blocks) - 1, -1, -1):
@@ -106,7 +145,7 @@ def lookup(layout: Layout, s: Scenario, sem: Semantics) -> LookupResult:
             max_hit_size_tokens = round_down(max_hit_size_tokens, layout.mamba_align_size)
 
     def result(hit: int | None, reason: str, passes: int) -> LookupResult:
-        return LookupResult(hit, tuple(steps), tuple(mgr.calls), passes, reason)
+        return LookupResult(hit, tuple(steps), tuple(mgr.segments), passes, reason)
 
     num_hit_tokens = 0
     defer_lookup = False

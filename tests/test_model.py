@@ -189,3 +189,38 @@ def test_cli_directory(tmp_path: Path) -> None:
         (tmp_path / f"{n}.json").write_text(json.dumps(mamba(n, "vllm-0.24.0")))
     r = run_cli("lookup", str(tmp_path), "--json")
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 2
+
+
+def test_in_flight_load_trips_0_23_0_assertion() -> None:
+    # the real 0.23.0 scheduler asserts no job is pending when it issues the load
+    raw = mamba(48, "vllm-0.23.0", in_flight_transfers=True)
+    o = evaluate(parse_scenario(raw))
+    assert o.hit_tokens == 47 and o.assertion and "scheduler.py:658" in o.assertion
+
+
+def test_fast_store_path_matches_per_block_path() -> None:
+    """Groups without deferred blocks are answered from their sets; a deferred block far
+    past the prompt forces the per-block path without changing any answer."""
+    import random
+    from dataclasses import replace as dc_replace
+
+    rng = random.Random(7)
+    for _ in range(400):
+        kinds = rng.sample(["full_attention", "sliding_window", "mamba"], rng.randint(1, 3))
+        groups = []
+        for k in kinds:
+            g: dict[str, Any] = {"kind": k, "gpu_block_size": 4,
+                                 "stored": rng.choice(["all", sorted(rng.sample(range(12), 6))])}
+            if k == "sliding_window":
+                g["sliding_window"] = rng.randint(1, 12)
+            if k == "mamba":
+                g["mamba_cache_mode"] = "align"
+            g["eagle"] = rng.random() < 0.2
+            groups.append(g)
+        raw = {"semantics": rng.choice(["vllm-0.23.0", "vllm-0.24.0"]), "block_size_factor": 1,
+               "prompt_tokens": rng.randint(1, 48), "num_computed_tokens": 0, "groups": groups}
+        s = parse_scenario(raw)
+        slow = dc_replace(s, groups=tuple(dc_replace(g, deferred=frozenset({10_000}))
+                                          for g in s.groups))
+        a, b = evaluate(s), evaluate(slow)
+        assert (a.hit_tokens, a.lookups, a.loads) == (b.hit_tokens, b.lookups, b.loads)
