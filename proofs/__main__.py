@@ -1,8 +1,9 @@
 """``python -m proofs [--semantics NAME ...] [--theorem NAME ...] [--report DIR] [--timeout S]``
 
 Checks every theorem against every semantics, prints a line per pair as it goes, writes
-report.json, report.md and the pictures to DIR, and exits 0 only if every result
-matches its declared expectation (and every precondition is shown necessary).
+report.json, report.md, the pictures and the reviewers' spec (spec.md, spec.html:
+proofs/spec.py) to DIR, and exits 0 only if every result matches its declared
+expectation (and every precondition is shown necessary).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from model.semantics import SEMANTICS
 from proofs.report import run_all, write_report
+from proofs.spec import collect_facts, write_spec
 from proofs.theorems import THEOREMS
 
 
@@ -44,9 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     rows = run_all(args.theorem, args.semantics, args.timeout, not args.no_necessity)
     write_report(rows, args.report)
+    spec_md, _ = write_spec(args.report, collect_facts())  # the reviewers' spec (docs/spec.md)
     bad = [r for r in rows if not r.matches]
     print(f"{len(rows) - len(bad)} of {len(rows)} results match their expectation "
-          f"({time.monotonic() - t0:.1f}s); report in {args.report}/report.md")
+          f"({time.monotonic() - t0:.1f}s); report in {args.report}/report.md, spec in {spec_md}")
     return 1 if bad else 0
 
 
