@@ -439,9 +439,9 @@ def _intro(code: CodeFacts, results: Results) -> list[Block]:
         Para(f"A {T}-token prompt, one Mamba group in `mamba_cache_mode=\"align\"`, block "
              f"{B}, every block stored (`{SEED_FILE}`):"),
         Bullets((
-            f"**vLLM 0.23.0 answers {old.hit} tokens.** The lookup always leaves the last "
-            f"prompt token to be recomputed (its logits are needed), so the hit window ends "
-            f"at `{T} - 1 = {T - 1}` ({_both('leave_last_token')}); the Mamba group is "
+            f"**vLLM 0.23.0 answers {old.hit} tokens.** With a sliding-window or Mamba "
+            "group the lookup leaves the last prompt token out, to be recomputed, so the hit "
+            f"window ends at `{T} - 1 = {T - 1}` ({_both('leave_last_token')}); the Mamba group is "
             "looked up like a sliding window of one block, which only asks that the block "
             f"holding the window's last token is stored. It is, so the hit is {old.hit}. "
             f"The load then brings that block, whose state is the one after token "
@@ -527,8 +527,8 @@ def _inputs() -> list[Block]:
 def _lookup_section(code: CodeFacts) -> list[Block]:
     steps = (
         f"Start ({_both('leave_last_token')}): `M = T`, or `M = T - 1` when any group "
-        "has a window (sliding-window or Mamba groups): the last prompt token is always "
-        "recomputed, for its logits.",
+        "has a window (sliding-window or Mamba groups): then the hit leaves the last prompt "
+        "token out, to be recomputed.",
         f"0.24.0 only ({_vllm('0.24.0', 'mamba_round_down')}): if some Mamba group is in "
         "`align` mode, `M = ⌊M / A⌋·A` with `A` the offloaded block size of the align "
         f"groups, found by scanning the KV-cache groups ({_vllm('0.24.0', 'mamba_align_size')}; "
@@ -542,6 +542,9 @@ def _lookup_section(code: CodeFacts) -> list[Block]:
         f"run of `W_g` stored blocks ({_both('sliding_window_lookup')}). No hit: 0. "
         f"Otherwise `M = min(M, B_g·(⌊c / B_g⌋ + n))` for the `n` blocks found "
         f"({_both('new_hit')}), and `M - c < B_g` again answers 0.",
+        f"0.24.0 only: an EAGLE/MTP draft group ({_vllm('0.24.0', 'eagle_verified')}) with a "
+        f"window asks one block more ({_vllm('0.24.0', 'eagle_query')}) and drops the last "
+        f"block of its hit again ({_vllm('0.24.0', 'eagle_pop')}).",
         f"Convergence ({_both('tightened')}): when a turn lowers the hit, the groups "
         "whose answer may depend on it are asked again (all groups after a deferred "
         "answer, else the windowed groups), until a pass changes nothing.",
@@ -989,10 +992,14 @@ def test_offloading_lookup_regression():
     sizes = [g["gpu_block_size"] for g in s["groups"]]
     factor = s["block_size_factor"]
     extra = {} if factor == 1 else {"block_size": sizes[0] * factor}
+    cache = dict(block_size=min(sizes),
+                 enable_prefix_caching=s.get("enable_prefix_caching", True))
+    for key in ("hash_block_size", "mamba_block_size"):  # cache_config overrides, if any
+        if s.get(key) is not None:
+            cache[key] = s[key]
     vllm_config = VllmConfig(
         device_config=DeviceConfig("cpu"),
-        cache_config=CacheConfig(block_size=min(sizes),
-                                 enable_prefix_caching=s.get("enable_prefix_caching", True)),
+        cache_config=CacheConfig(**cache),
         kv_transfer_config=KVTransferConfig(kv_connector="OffloadingConnector",
                                             kv_role="kv_both",
                                             kv_connector_extra_config=extra),
@@ -1000,7 +1007,8 @@ def test_offloading_lookup_regression():
     kv_cache_config = KVCacheConfig(
         num_blocks=1024, kv_cache_tensors=[],
         kv_cache_groups=[KVCacheGroupSpec(layer_names=[f"layer.{i}"],
-                                          kv_cache_spec=_group_spec(g, i))
+                                          kv_cache_spec=_group_spec(g, i),
+                                          is_eagle_group=g.get("eagle", False))
                          for i, g in enumerate(s["groups"])])
     spec = _Spec(vllm_config, kv_cache_config)
     _Spec.store = _StoreStub()
@@ -1050,7 +1058,7 @@ def _ci(code: CodeFacts, results: Results) -> list[Block]:
         Code("python -m pip install -e .\n"
              "python -m pytest                      # fast suite, includes this spec's "
              "staleness test\n"
-             "python -m proofs --report docs/       # every theorem x semantics; exit 0 iff "
+             "python -m proofs --report report/     # every theorem x semantics; exit 0 iff "
              "all match expectations\n"
              "python -m sim.crosscheck --vllm 0.24.0 --examples 2000   # the model vs the "
              "real scheduler\n"
@@ -1082,6 +1090,13 @@ def _ci(code: CodeFacts, results: Results) -> list[Block]:
              f"on 0.23.0 the hit is {code.examples.get(_key(seed_cex), fixed).hit} and the "
              "Mamba assertion fails. `python -m pytest -m crosscheck tests/test_spec.py` "
              "runs exactly this function against both real schedulers."),
+        Para("It covers the fields a counterexample to the lookup's invariants uses "
+             "(groups, block sizes, `block_size_factor`, prompt, GPU hit, stored and "
+             "deferred blocks, `cache_config` overrides); for `being_loaded`, in-flight "
+             "transfers or `skip_reading_prefix_cache`, set the scheduler state up as "
+             "`sim/crosscheck/adapters/harness.py` does. To check the load plan as well, "
+             "allocate the request's blocks with `KVCacheManager.allocate_slots` and call "
+             "`update_state_after_alloc`, again as the harness does."),
         Code(regression_test(seed_cex, fixed.hit), "python"),
     ]
 
