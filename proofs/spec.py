@@ -30,7 +30,7 @@ from model.evaluate import evaluate
 from model.explain import draw_png, explain, token_line
 from model.scenario import parse_scenario
 from model.semantics import SEMANTICS
-from proofs import theorems
+from proofs import abstract, theorems
 from proofs.theorems import PRECONDITIONS, THEOREMS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -244,6 +244,12 @@ ANCHORED: dict[str, Any] = {
     "violates_whole_blocks": theorems.violates_whole_blocks,
     "valid_hit": theorems.valid_hit,
     "PRECONDITIONS": theorems.precondition_formula,
+    "z3:no-partial-state": theorems.violates_no_partial_state,
+    "z3:loads-stored-only": theorems.violates_loads_stored_only,
+    "z3:leaves-last-token": theorems.violates_leaves_last_token,
+    "z3:whole-blocks": theorems.violates_whole_blocks,
+    "z3:maximality": theorems.valid_hit,
+    "z3:termination": abstract.obligations,
 }
 
 
@@ -667,6 +673,11 @@ def _results_table(code: CodeFacts, results: Results) -> list[Block]:
              f"Z3 statements: {_link(code, 'violates_no_partial_state', 'proofs/theorems.py')}"
              f"; model twins: {_link(code, 'maximality', 'model/maximality.py')}."),
         Table(head, tuple(rows)),
+        Para("Every result, with the code it checks: the model's checker and the Z3 "
+             "statement in this repository, and the vLLM lines of the semantics' release "
+             "(the review alternatives follow 0.24.0's code)."),
+        Table(("theorem", "semantics", "result", "expected", "preconditions", "model / Z3",
+               "vLLM lines"), tuple(_detail_rows(code, results))),
         Heading(3, "Preconditions"),
         Para("For `vllm-0.24.0` every precondition of a proved theorem is dropped in turn; "
              "a counterexample then shows it necessary. *Can break* / *Always holds* says "
@@ -674,6 +685,22 @@ def _results_table(code: CodeFacts, results: Results) -> list[Block]:
              f"({_link(code, 'PRECONDITIONS', 'proofs/theorems.py: PRECONDITIONS')})."),
         Table(("precondition", "meaning", "in vLLM", "needed by (0.24.0)"), tuple(pre_rows)),
     ]
+
+
+def _detail_rows(code: CodeFacts, results: Results) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for name, thm in THEOREMS.items():
+        pre = ", ".join(f"`{p}`" for p in thm.preconditions) or "none"
+        links = f"{_link(code, name, 'model')}, {_link(code, 'z3:' + name, 'Z3')}"
+        for sem in SEMANTICS.values():
+            r = results.row(name, sem.name)
+            if r is None:
+                continue
+            keys = [k for k in INVARIANT_WORDS[name][3] if k in _LINES[sem.base_version]]
+            vllm = ", ".join(_vllm(sem.base_version, k) for k in keys)
+            rows.append((f"`{name}`", f"`{sem.name}`", _status(r), str(r["expected"]), pre, links,
+                         f"{sem.base_version}: {vllm}"))
+    return rows
 
 
 def _example_blocks(ex: Example, picture: str | None = None) -> list[Block]:
