@@ -48,6 +48,14 @@ SIM_KEYS = ("requests", "lookups", "cpu_hit_requests", "prompt_tokens", "cpu_hit
             "wrong_state", "corrupted", "corrupted_direct", "corrupted_inherited",
             "corrupted_divergence")
 RERUN_LENGTHS = range(17, 81)
+# alt-round-num-hit's failure at vLLM-like sizes: GPU block 16, offloaded block 32, a GPU hit
+# of one GPU block (a whole GPU block, but not a whole offloaded block)
+ALT_SCALED: dict[str, Any] = {
+    "semantics": "alt-round-num-hit", "block_size_factor": 2, "prompt_tokens": 64,
+    "num_computed_tokens": 16,
+    "groups": [{"kind": "full_attention", "gpu_block_size": 16, "stored": "all"},
+               {"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
+                "stored": "all"}]}
 GPU_LENGTHS = (31, 32, 33, 47, 48, 49, 64, 65)
 
 # --- a tiny document model, rendered to markdown and to HTML ---------------------------
@@ -280,6 +288,8 @@ def gather_code_facts(results: Results, root: Path = ROOT) -> CodeFacts:
     examples: dict[str, Example] = {}
     for sem in RELEASES:
         examples[f"seed@vllm-{sem}"] = example(seed, f"vllm-{sem}")
+    for name in ("alt-round-num-hit", "vllm-0.24.0"):
+        examples[f"scaled@{name}"] = example(ALT_SCALED, name)
     for scen in _scenarios_of(results):
         examples[_key(scen)] = example(scen)
         examples[_key(scen, "vllm-0.24.0")] = example(scen, "vllm-0.24.0")
@@ -778,6 +788,17 @@ def _story(code: CodeFacts, results: Results) -> list[Block]:
                      f"{_scenario_words(alt)}. Hit {ex.hit}, state at token {ex.state_at}:"),
                 Image("no-partial-state fails on alt-round-num-hit", "spec-alt-round-num-hit.png"),
                 Code(ex.words)]
+    alt, fixed = code.examples["scaled@alt-round-num-hit"], code.examples["scaled@vllm-0.24.0"]
+    c, T = ALT_SCALED["num_computed_tokens"], ALT_SCALED["prompt_tokens"]
+    A = ALT_SCALED["groups"][1]["gpu_block_size"] * ALT_SCALED["block_size_factor"]
+    out.append(Para(
+        f"The same at vLLM-like sizes ({_scenario_words(ALT_SCALED)}): `alt-round-num-hit` "
+        f"answers {alt.hit}, so the hit ends at token {c + (alt.hit or 0)}, but the Mamba "
+        f"load brings the state after token {alt.state_at}; violated: "
+        f"{', '.join(f'`{v}`' for v in alt.violations) or 'none'}. 0.24.0 answers "
+        f"{fixed.hit}: its window end `⌊{T - 1}/{A}⌋·{A} = {(T - 1) // A * A}` is less than "
+        f"one offloaded block past the GPU hit {c}, so there is nothing it can load "
+        "correctly."))
     out += _alternative(code, results, "alt-round-num-hit")
     out += [
         Heading(3, "Why the size comes from the KV-cache groups"),
