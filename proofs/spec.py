@@ -411,6 +411,14 @@ def _scenario_words(s: dict[str, Any]) -> str:
 # Sections. Each returns blocks; the text is plain words plus formulas in code spans.
 
 
+def _layout_words() -> str:
+    kinds = ", ".join(k.replace("_", "-") for k in theorems.TEMPLATE)
+    return (f"the group layout is fixed to one group of each kind, in this order ({kinds}: "
+            "`TEMPLATE` in `proofs/theorems.py`); everything else (block sizes, "
+            "`block_size_factor`, window, cache mode, EAGLE flags, prompt length, GPU hit, "
+            "store content, request flags) is symbolic and unbounded")
+
+
 def _guarantee_words(results: Results) -> str:
     """What the proofs say about no-partial-state on 0.24.0, from the report."""
     thm = THEOREMS["no-partial-state"]
@@ -427,7 +435,8 @@ def _guarantee_words(results: Results) -> str:
     return ("The guarantee 0.24.0 gives, `no-partial-state` (a restored Mamba state is the "
             "one saved where the hit ends), is proved below for every block size, prompt "
             "length, GPU hit and store content, **provided**: " + cond + f" ({shown}; see "
-            "[Where 0.24.0's guarantee holds](#where-0240s-guarantee-holds)).")
+            "[Where 0.24.0's guarantee holds](#where-0240s-guarantee-holds)). Scope: "
+            + _layout_words() + ".")
 
 
 def _intro(code: CodeFacts, results: Results) -> list[Block]:
@@ -949,6 +958,9 @@ def _guarantee(code: CodeFacts, results: Results) -> list[Block]:
              "whole blocks, are left out). Where the precondition table links a "
              "counterexample, dropping that condition breaks the theorem."),
         Bullets(tuple(items)),
+        Para("Scope of the proofs: " + _layout_words() + ". Other layouts (a pure Mamba "
+             "model, several attention groups) are covered by the model, the simulator and "
+             "the cross-check against the real scheduler, not by a proof."),
         Para("In configuration terms: the fix protects Mamba models and hybrids run with "
              "`mamba_cache_mode=\"align\"` whose other groups use offloaded block sizes that "
              "are multiples of the Mamba offloaded block size (the hybrids vLLM builds in "
