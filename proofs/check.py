@@ -128,14 +128,14 @@ def _violation_fn(thm: Theorem) -> Callable[[Context, z3.ArithRef | None], z3.Bo
 
 
 def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
-                  ) -> list[tuple[str, Callable[[], list[z3.BoolRef]]]]:
+                  ) -> list[tuple[str, Callable[[bool], list[z3.BoolRef]]]]:
     """The layered proof's queries (proofs.abstract): each must be unsatisfiable."""
     maximal = thm.name == "maximality"
     quiet = "nothing-deferred-or-loading" in assumed
     queries = lemma_queries(sem, assumed, maximal)
     a = abstract(TEMPLATE, sem, maximal, quiet)
     for name, q in obligations(a, thm.name == "termination"):
-        queries.append((name, lambda q=q: q))
+        queries.append((name, lambda r, q=q: q))
     if thm.aligned:
         queries += alignment_queries(sem, assumed)
     if thm.split:
@@ -145,12 +145,13 @@ def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
                     where = "M0" if case < 0 else f"a block of g{case}"
                     queries.append((
                         f"property from the summary (g{g}, hit ends at {where}, case {sub})",
-                        lambda g=g, case=case, sub=sub: final_query(
+                        lambda r, g=g, case=case, sub=sub: final_query(
                             sem, assumed, _violation_fn(thm), maximal, thm.uses_store,
-                            thm.aligned, g, case, sub)))
+                            thm.aligned, g, case, sub, r)))
     elif thm.name != "termination":
-        queries.append(("property from the summary", lambda: final_query(
-            sem, assumed, _violation_fn(thm), maximal, thm.uses_store, thm.aligned)))
+        queries.append(("property from the summary", lambda r: final_query(
+            sem, assumed, _violation_fn(thm), maximal, thm.uses_store, thm.aligned,
+            rich=r)))
     return queries
 
 
@@ -162,7 +163,10 @@ def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
             return "UNKNOWN", f"{name}: out of time"
-        res, _ = _solve(build(), left)
+        res, _ = _solve(build(False), min(left, 15_000))
+        if res != z3.unsat:  # ground the store facts at more points, then decide
+            left = int((deadline - time.monotonic()) * 1000)
+            res, _ = _solve(build(True), max(left, 1))
         if res == z3.sat:
             return "FAILED", name
         if res == z3.unknown:

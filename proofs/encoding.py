@@ -132,10 +132,13 @@ class Enc:
     """
 
     bound: int | None = None
+    # also instantiate each store fact at the ends of every range (slower, stronger)
+    rich: bool = False
     cons: list[z3.BoolRef] = field(default_factory=list)
     counter: itertools.count[int] = field(default_factory=itertools.count)
     facts: list[_Fact] = field(default_factory=list)
-    terms: list[z3.ArithRef] = field(default_factory=list)
+    # extra block indices to instantiate store facts at (per store group name)
+    hints: dict[str, list[z3.ArithRef]] = field(default_factory=dict)
 
     def fresh_int(self, name: str) -> z3.ArithRef:
         return z3.Int(f"{name}!{next(self.counter)}")
@@ -183,20 +186,44 @@ class Enc:
 
     def grounded(self, query: Sequence[z3.BoolRef]) -> list[z3.BoolRef]:
         """The facts' constraints: each instantiated at every index that the query (and
-        the facts' witnesses) apply the same group's store predicates to."""
-        if self.bound is None:
-            out: list[z3.BoolRef] = []
-            for f in self.facts:
-                out.append(z3.Or(f.handle, z3.And(f.lo <= f.witness, f.witness < f.hi,
-                                                  z3.Not(f.body(f.witness)))))
-            terms = _applied_indices(list(query) + out)
-            for f in self.facts:
-                groups = _store_names(f.body(z3.Int("probe")))
+        the facts' witnesses) apply the same group's store predicates to; in ``rich``
+        mode also at the ends of every range, and once more at the indices the first
+        instances bring (a Skolem gap inside a window, say)."""
+        if self.bound is not None:
+            return []
+        out: list[z3.BoolRef] = []
+        for f in self.facts:
+            out.append(z3.Or(f.handle, z3.And(f.lo <= f.witness, f.witness < f.hi,
+                                              z3.Not(f.body(f.witness)))))
+        terms = _applied_indices(list(query) + out)
+        for name, more in self.hints.items():
+            terms.setdefault(name, []).extend(more)
+        names = [_store_names(f.body(z3.Int("probe"))) for f in self.facts]
+        if self.rich:
+            for f, groups in zip(self.facts, names, strict=True):
+                for name in groups:  # a range's ends, as candidates
+                    terms.setdefault(name, []).extend([f.lo, f.hi - 1])
+        hinted = {t.get_id() for more in self.hints.values() for t in more}
+        done: set[tuple[int, int]] = set()
+        for round_no in range(2):
+            new: list[z3.BoolRef] = []
+            follow: list[z3.BoolRef] = []  # instances whose new indices get a round 2
+            for k, (f, groups) in enumerate(zip(self.facts, names, strict=True)):
                 for name in groups:
                     for t in terms.get(name, ()):
-                        out.append(z3.Implies(z3.And(f.handle, f.lo <= t, t < f.hi), f.body(t)))
-            return out
-        return []
+                        if (k, t.get_id()) in done:
+                            continue
+                        done.add((k, t.get_id()))
+                        inst = z3.Implies(z3.And(f.handle, f.lo <= t, t < f.hi), f.body(t))
+                        new.append(inst)
+                        if self.rich or t.get_id() in hinted:
+                            follow.append(inst)
+            out += new
+            if round_no == 0:
+                terms = {}
+                for name, more in _applied_indices(follow).items():
+                    terms.setdefault(name, []).extend(more)
+        return out
 
 
 def _store_group(decl: z3.FuncDeclRef) -> str | None:

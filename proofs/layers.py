@@ -21,18 +21,19 @@ from proofs.encoding import (
     group_step,
     initial_max_hit,
     initial_max_hit_blocks,
+    load_plan,
     ok_facts,
     startup,
     symbolic_config,
 )
 from proofs.theorems import TEMPLATE, Context, precondition_formula, valid_hit
 
-Query = tuple[str, Callable[[], list[z3.BoolRef]]]
+Query = tuple[str, Callable[[bool], list[z3.BoolRef]]]  # built with or without rich grounding
 
 
-def _setup(sem: Semantics, assumed: Sequence[str]) -> tuple[Enc, Config, Derived,
-                                                             list[z3.BoolRef]]:
-    enc = Enc()
+def _setup(sem: Semantics, assumed: Sequence[str], rich: bool = False
+           ) -> tuple[Enc, Config, Derived, list[z3.BoolRef]]:
+    enc = Enc(rich=rich)
     cfg = symbolic_config(TEMPLATE)
     d = derive(enc, cfg, sem)
     premises = [startup(cfg, sem)] + [precondition_formula(p, enc, cfg, d) for p in assumed]
@@ -44,9 +45,10 @@ def _finish(enc: Enc, cons: list[z3.BoolRef]) -> list[z3.BoolRef]:
     return cons + enc.grounded(cons)
 
 
-def lemma_post(sem: Semantics, assumed: Sequence[str], g: int) -> list[z3.BoolRef]:
+def lemma_post(sem: Semantics, assumed: Sequence[str], g: int, rich: bool = False
+               ) -> list[z3.BoolRef]:
     """post(g): a turn that neither defers nor stops leaves OK_g at the new max hit."""
-    enc, cfg, d, pre = _setup(sem, assumed)
+    enc, cfg, d, pre = _setup(sem, assumed, rich)
     st = fresh_state(enc, len(cfg.kinds), "pre")
     _, info = group_step(enc, cfg, d, st, g)
     out = info.outcome
@@ -55,10 +57,11 @@ def lemma_post(sem: Semantics, assumed: Sequence[str], g: int) -> list[z3.BoolRe
                                z3.Not(out.no_hit), z3.Not(claim)])
 
 
-def lemma_keeps(sem: Semantics, assumed: Sequence[str], g: int) -> list[z3.BoolRef]:
+def lemma_keeps(sem: Semantics, assumed: Sequence[str], g: int, rich: bool = False
+                ) -> list[z3.BoolRef]:
     """keeps(g): with a valid hit h* and max hit >= nc + h*, the turn finds a hit and
     does not cut below nc + h*."""
-    enc, cfg, d, pre = _setup(sem, assumed)
+    enc, cfg, d, pre = _setup(sem, assumed, rich)
     h = z3.Int("larger_hit")
     ctx = Context(enc, cfg, d, sem, Result(z3.BoolVal(False), h), initial_max_hit(
         enc, cfg, d, sem))
@@ -66,13 +69,17 @@ def lemma_keeps(sem: Semantics, assumed: Sequence[str], g: int) -> list[z3.BoolR
     _, info = group_step(enc, cfg, d, st, g)
     target = cfg.computed + h
     out = info.outcome
+    # the run the lookup must find starts where the valid hit's load starts
+    ld = load_plan(enc, cfg, d, h, [g])[g]
+    enc.hints.setdefault(str(g), []).extend([ld.lo, ld.hi - 1])
     keeps = z3.And(z3.Not(out.no_hit), z3.Or(out.deferred, out.cut >= target))
     return _finish(enc, pre + [valid_hit(ctx, h), info.m1 >= target, z3.Not(keeps)])
 
 
-def lemma_down(sem: Semantics, assumed: Sequence[str], g: int) -> list[z3.BoolRef]:
+def lemma_down(sem: Semantics, assumed: Sequence[str], g: int, rich: bool = False
+               ) -> list[z3.BoolRef]:
     """down(g): a full-attention group's OK facts are downward closed."""
-    enc, cfg, d, pre = _setup(sem, assumed)
+    enc, cfg, d, pre = _setup(sem, assumed, rich)
     a, b = z3.Int("lower"), z3.Int("upper")
     return _finish(enc, pre + [a <= b, ok_facts(enc, cfg, d, g, b),
                                z3.Not(ok_facts(enc, cfg, d, g, a))])
@@ -88,19 +95,19 @@ def nested_division(ceiling: bool) -> list[z3.BoolRef]:
 
 
 ARITHMETIC: list[Query] = [
-    ("lemma (x // a) // b == x // (a * b)", lambda: nested_division(False)),
-    ("lemma cdiv(cdiv(x, a), b) == cdiv(x, a * b)", lambda: nested_division(True)),
+    ("lemma (x // a) // b == x // (a * b)", lambda r: nested_division(False)),
+    ("lemma cdiv(cdiv(x, a), b) == cdiv(x, a * b)", lambda r: nested_division(True)),
 ]
 
 
 def lemma_queries(sem: Semantics, assumed: Sequence[str], maximal: bool) -> list[Query]:
     out: list[Query] = list(ARITHMETIC)
     for g, k in enumerate(TEMPLATE):
-        out.append((f"lemma post(g{g})", lambda g=g: lemma_post(sem, assumed, g)))
+        out.append((f"lemma post(g{g})", lambda r, g=g: lemma_post(sem, assumed, g, r)))
         if k == FA:
-            out.append((f"lemma down(g{g})", lambda g=g: lemma_down(sem, assumed, g)))
+            out.append((f"lemma down(g{g})", lambda r, g=g: lemma_down(sem, assumed, g, r)))
         if maximal:
-            out.append((f"lemma keeps(g{g})", lambda g=g: lemma_keeps(sem, assumed, g)))
+            out.append((f"lemma keeps(g{g})", lambda r, g=g: lemma_keeps(sem, assumed, g, r)))
     return out
 
 
@@ -128,21 +135,21 @@ def alignment_queries(sem: Semantics, assumed: Sequence[str]) -> list[Query]:
 
     cases: list[int | None] = [None, *range(len(TEMPLATE))]
     return [(f"the hit ends on a Mamba alignment boundary ({'M0' if g is None else f'g{g}'})",
-             lambda g=g: case(g)) for g in cases]
+             lambda r, g=g: case(g)) for g in cases]
 
 
 def final_query(sem: Semantics, assumed: Sequence[str],
                 violation: Callable[[Context, z3.ArithRef | None], z3.BoolRef],
                 maximal: bool, uses_store: bool = True, aligned: bool = False,
                 group: int | None = None, case: int | None = None,
-                subcase: int | None = None) -> list[z3.BoolRef]:
+                subcase: int | None = None, rich: bool = False) -> list[z3.BoolRef]:
     """The property at the loop's end, from the summary interpreted exactly.
 
     With ``aligned``, the summary's "the hit ends at the initial max hit or at a multiple
     of some group's block" is replaced by its consequence "the hit ends at a multiple of
     the Mamba alignment size", which ``alignment_query`` proves.
     """
-    enc, cfg, d, pre = _setup(sem, assumed)
+    enc, cfg, d, pre = _setup(sem, assumed, rich)
     n = len(cfg.kinds)
     m0 = initial_max_hit(enc, cfg, d, sem)
     end = z3.Int("final_max_hit")

@@ -53,6 +53,8 @@ def run_one(theorem: str, semantics: str, timeout_s: float, necessity: bool) -> 
     needs: list[Necessity] = []
     if necessity and expected == "holds" and v.status == "PROVED" and semantics in NECESSITY_FOR:
         for p in thm.preconditions:
+            if PRECONDITIONS[p].scope:
+                continue  # bounds the proof; not claimed necessary
             t0 = time.monotonic()
             rest = [q for q in thm.preconditions if q != p]
             w = check(theorem, semantics, int(timeout_s * 1000), assumed=rest)
@@ -75,6 +77,7 @@ def row_json(row: Row) -> dict[str, Any]:
         "note": row.verdict.note,
         "preconditions": [
             {"name": p, "words": PRECONDITIONS[p].words, "in_vllm": PRECONDITIONS[p].in_vllm,
+             "scope": PRECONDITIONS[p].scope,
              "necessary": next((n.status == "COUNTEREXAMPLE" for n in row.necessity
                                 if n.precondition == p), None),
              "counterexample_when_dropped": next((n.counterexample for n in row.necessity
