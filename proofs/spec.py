@@ -674,7 +674,10 @@ def _results_table(code: CodeFacts, results: Results) -> list[Block]:
             r = row24[n]
             entry = next((q for q in (r or {}).get("preconditions", []) if q["name"] == p),
                          None)
-            if entry and entry.get("necessary"):
+            if pc.scope:
+                shown.append(f"`{n}` (scope: bounds what the proof covers, not claimed "
+                             "necessary)")
+            elif entry and entry.get("necessary"):
                 shown.append(f"`{n}` ([counterexample without it]"
                              f"({_cex_file(n, 'vllm-0.24.0', p)}.png))")
             elif entry and entry.get("necessary") is False:
@@ -699,8 +702,10 @@ def _results_table(code: CodeFacts, results: Results) -> list[Block]:
                "vLLM lines"), tuple(_detail_rows(code, results))),
         Heading(3, "Preconditions"),
         Para("For `vllm-0.24.0` every precondition of a proved theorem is dropped in turn; "
-             "a counterexample then shows it necessary. *Can break* / *Always holds* says "
-             "whether a real vLLM configuration can violate it "
+             "a counterexample then shows it necessary. A *scope* precondition is not a "
+             "claim about vLLM: it bounds what the proof covers (beyond it Z3 gives no "
+             "answer). The *in vLLM* column says whether a real vLLM configuration can "
+             "violate it "
              f"({_link(code, 'PRECONDITIONS', 'proofs/theorems.py: PRECONDITIONS')})."),
         Table(("precondition", "meaning", "in vLLM", "needed by (0.24.0)"), tuple(pre_rows)),
     ]
@@ -948,7 +953,8 @@ def _guarantee(code: CodeFacts, results: Results) -> list[Block]:
     for name, thm in THEOREMS.items():
         r = results.row(name, "vllm-0.24.0")
         pre = [p for p in thm.preconditions if not PRECONDITIONS[p].runtime]
-        cond = ("; ".join(PRECONDITIONS[p].words for p in pre) if pre
+        cond = ("; ".join(PRECONDITIONS[p].words + (" (proof scope)" if PRECONDITIONS[p].scope
+                                                     else "") for p in pre) if pre
                 else "any configuration the start-up checks accept")
         items.append(f"`{name}` ({_status(r)}): {cond}.")
     return [
