@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--semantics", nargs="+", default=list(SEMANTICS), metavar="NAME")
     p.add_argument("--theorem", nargs="+", default=list(THEOREMS), metavar="NAME")
     p.add_argument("--report", type=Path, default=Path("report"), metavar="DIR")
-    p.add_argument("--timeout", type=float, default=120.0, metavar="S",
-                   help="seconds per theorem and semantics (default 120)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                   help="seconds per theorem and semantics (default 300)")
     p.add_argument("--no-necessity", action="store_true",
                    help="skip showing each precondition necessary")
     args = p.parse_args(argv)

@@ -15,6 +15,7 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import z3
@@ -127,6 +128,14 @@ def _violation_fn(thm: Theorem) -> Callable[[Context, z3.ArithRef | None], z3.Bo
     return lambda ctx, cand: v(ctx)
 
 
+def _ready(query: list[z3.BoolRef], rich: bool) -> list[z3.BoolRef]:
+    return query  # the abstract loop's queries use no store facts
+
+
+def _prompt_at_most(bound: int, cfg: Config) -> list[z3.BoolRef]:
+    return [cfg.prompt <= bound]
+
+
 def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
                   ) -> list[tuple[str, Callable[[bool], list[z3.BoolRef]]]]:
     """The layered proof's queries (proofs.abstract): each must be unsatisfiable."""
@@ -135,7 +144,7 @@ def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
     queries = lemma_queries(sem, assumed, maximal)
     a = abstract(TEMPLATE, sem, maximal, quiet)
     for name, q in obligations(a, thm.name == "termination"):
-        queries.append((name, lambda r, q=q: q))
+        queries.append((name, partial(_ready, q)))
     if thm.aligned:
         queries += alignment_queries(sem, assumed)
     if thm.split:
@@ -145,9 +154,8 @@ def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
                     where = "M0" if case < 0 else f"a block of g{case}"
                     queries.append((
                         f"property from the summary (g{g}, hit ends at {where}, case {sub})",
-                        lambda r, g=g, case=case, sub=sub: final_query(
-                            sem, assumed, _violation_fn(thm), maximal, thm.uses_store,
-                            thm.aligned, g, case, sub, r)))
+                        partial(final_query, sem, assumed, _violation_fn(thm), maximal,
+                                thm.uses_store, thm.aligned, g, case, sub)))
     elif thm.name != "termination":
         queries.append(("property from the summary", lambda r: final_query(
             sem, assumed, _violation_fn(thm), maximal, thm.uses_store, thm.aligned,
@@ -163,8 +171,8 @@ def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
             return "UNKNOWN", f"{name}: out of time"
-        res, _ = _solve(build(False), min(left, 15_000))
-        if res != z3.unsat:  # ground the store facts at more points, then decide
+        res, _ = _solve(build(False), min(left, 20_000))
+        if res != z3.unsat:  # sat may be spurious: ground the store facts at more points
             left = int((deadline - time.monotonic()) * 1000)
             res, _ = _solve(build(True), max(left, 1))
         if res == z3.sat:
@@ -328,7 +336,7 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
                 break
             hi = best[0] - 1 if best else None
             res, p, solver = bmc(thm, sem, assumed, left, passes, sizes=layout, extra=(
-                None if hi is None else lambda c, b=hi: [c.prompt <= b]))
+                None if hi is None else partial(_prompt_at_most, hi)))
             if res == z3.unknown:
                 unknown = True
             if solver is None:
@@ -338,7 +346,7 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
             while lo < found:  # binary search for this layout's smallest prompt
                 mid = (lo + found) // 2
                 res, p, solver = bmc(thm, sem, assumed, 20_000, passes, sizes=layout,
-                                     extra=lambda c, b=mid: [c.prompt <= b])
+                                     extra=partial(_prompt_at_most, mid))
                 if solver is not None:
                     found = _int(solver.model(), p.cfg.prompt)
                 else:
@@ -358,10 +366,10 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
         return Verdict("UNKNOWN", time.monotonic() - t0, note="counterexample lost on re-solve")
     _simplify(solver, p.cfg, BMC_BLOCKS, time.monotonic() + 20)
     scen = scenario_from_model(solver.model(), p.cfg, sem)
-    why = replay(thm, scen, assumed)
-    if why is not None:
+    mismatch = replay(thm, scen, assumed)
+    if mismatch is not None:
         return Verdict("UNKNOWN", time.monotonic() - t0, scen,
-                       note=f"counterexample not reproduced by model/ ({why}): encoding bug")
+                       note=f"counterexample not reproduced by model/ ({mismatch}): encoding bug")
     return Verdict("COUNTEREXAMPLE", time.monotonic() - t0, scen)
 
 

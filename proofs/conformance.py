@@ -8,6 +8,7 @@ test compares with ``model.evaluate``. A difference is a bug in the encoding.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import z3
 
@@ -29,7 +30,7 @@ from proofs.encoding import (
 )
 
 
-def _member(i: z3.ArithRef, blocks: frozenset[int] | None) -> z3.BoolRef:
+def _member(blocks: frozenset[int] | None, i: z3.ArithRef) -> z3.BoolRef:
     if blocks is None:
         return z3.BoolVal(True)
     return z3.Or([i == b for b in sorted(blocks)]) if blocks else z3.BoolVal(False)
@@ -52,11 +53,8 @@ def concrete_config(s: Scenario) -> Config:
         in_flight=z3.BoolVal(s.in_flight_transfers),
         mamba_block_size=z3.IntVal(s.mamba_block_size or 1),
         stores=tuple(
-            Store(
-                lambda i, g=g: _member(i, g.stored),
-                lambda i, g=g: _member(i, g.deferred),
-                lambda i, g=g: _member(i, g.being_loaded),
-            )
+            Store(partial(_member, g.stored), partial(_member, g.deferred),
+                  partial(_member, g.being_loaded))
             for g in s.groups
         ),
     )

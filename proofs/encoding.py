@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import z3
 
@@ -228,7 +229,7 @@ class Enc:
 
 def _store_group(decl: z3.FuncDeclRef) -> str | None:
     """``stored1`` -> ``1``: which group's store a predicate belongs to."""
-    name = decl.name()
+    name: str = decl.name()
     for prefix in ("stored", "deferred", "loading"):
         if name.startswith(prefix) and decl.arity() == 1:
             return name[len(prefix):]
@@ -266,6 +267,10 @@ def _applied_indices(roots: Sequence[z3.ExprRef]) -> dict[str, list[z3.ArithRef]
             ids.add((g, arg.get_id()))
             out.setdefault(g, []).append(arg)
     return out
+
+
+def _negated(pred: Pred, i: z3.ArithRef) -> z3.BoolRef:
+    return z3.Not(pred(i))
 
 
 def zmin(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
@@ -605,8 +610,8 @@ def result_of(enc: Enc, cfg: Config, d: Derived, sem: Semantics, st: State) -> R
         enc.add(
             z3.Implies(flag, z3.And(lo <= wit, wit < hi,
                                     cfg.stores[g].loading(enc.index(wit)))),
-            z3.Implies(z3.Not(flag), enc.forall(lo, hi, lambda i, g=g: z3.Not(
-                cfg.stores[g].loading(i)))),
+            z3.Implies(z3.Not(flag), enc.forall(lo, hi, partial(_negated,
+                                                                cfg.stores[g].loading))),
         )
         busy.append(flag)
     converged = z3.Not(st.halted)

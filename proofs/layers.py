@@ -6,6 +6,7 @@ Each function returns queries that must be unsatisfiable, on the exact encoding.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import z3
 
@@ -85,7 +86,7 @@ def lemma_down(sem: Semantics, assumed: Sequence[str], g: int, rich: bool = Fals
                                z3.Not(ok_facts(enc, cfg, d, g, a))])
 
 
-def nested_division(ceiling: bool) -> list[z3.BoolRef]:
+def nested_division(ceiling: bool, rich: bool = False) -> list[z3.BoolRef]:
     """(x // a) // b == x // (a * b), or the same with cdiv, for a, b > 0: the identity
     the encoding's load plan states for its own terms."""
     x, a, b = z3.Ints("x a b")
@@ -95,19 +96,19 @@ def nested_division(ceiling: bool) -> list[z3.BoolRef]:
 
 
 ARITHMETIC: list[Query] = [
-    ("lemma (x // a) // b == x // (a * b)", lambda r: nested_division(False)),
-    ("lemma cdiv(cdiv(x, a), b) == cdiv(x, a * b)", lambda r: nested_division(True)),
+    ("lemma (x // a) // b == x // (a * b)", partial(nested_division, False)),
+    ("lemma cdiv(cdiv(x, a), b) == cdiv(x, a * b)", partial(nested_division, True)),
 ]
 
 
 def lemma_queries(sem: Semantics, assumed: Sequence[str], maximal: bool) -> list[Query]:
     out: list[Query] = list(ARITHMETIC)
     for g, k in enumerate(TEMPLATE):
-        out.append((f"lemma post(g{g})", lambda r, g=g: lemma_post(sem, assumed, g, r)))
+        out.append((f"lemma post(g{g})", partial(lemma_post, sem, assumed, g)))
         if k == FA:
-            out.append((f"lemma down(g{g})", lambda r, g=g: lemma_down(sem, assumed, g, r)))
+            out.append((f"lemma down(g{g})", partial(lemma_down, sem, assumed, g)))
         if maximal:
-            out.append((f"lemma keeps(g{g})", lambda r, g=g: lemma_keeps(sem, assumed, g, r)))
+            out.append((f"lemma keeps(g{g})", partial(lemma_keeps, sem, assumed, g)))
     return out
 
 
@@ -121,7 +122,7 @@ def alignment_queries(sem: Semantics, assumed: Sequence[str]) -> list[Query]:
     """The loop's final max hit is a multiple of the Mamba alignment size (when the
     semantics aligns): the cut that ``final_query(aligned=True)`` relies on. One query per
     way the summary says the hit may end, each with its multiple named."""
-    def case(g: int | None) -> list[z3.BoolRef]:
+    def case(g: int | None, rich: bool) -> list[z3.BoolRef]:
         enc, cfg, d, pre = _setup(sem, assumed)
         m0, blocks = initial_max_hit_blocks(enc, cfg, d, sem)
         end = z3.Int("final_max_hit")
@@ -135,7 +136,7 @@ def alignment_queries(sem: Semantics, assumed: Sequence[str]) -> list[Query]:
 
     cases: list[int | None] = [None, *range(len(TEMPLATE))]
     return [(f"the hit ends on a Mamba alignment boundary ({'M0' if g is None else f'g{g}'})",
-             lambda r, g=g: case(g)) for g in cases]
+             partial(case, g)) for g in cases]
 
 
 def final_query(sem: Semantics, assumed: Sequence[str],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import z3
 
@@ -18,14 +19,12 @@ from proofs.encoding import (
     MAMBA,
     MODE_ALIGN,
     MODE_ALL,
-    NEXT_ALL,
-    NEXT_SW,
     SW,
     Config,
     Derived,
     Enc,
     Result,
-    State,
+    Store,
     load_plan,
 )
 
@@ -151,11 +150,21 @@ PRECONDITIONS: dict[str, Precondition] = {
 }
 
 
+def _quiet(s: Store, i: z3.ArithRef) -> z3.BoolRef:
+    return z3.And(z3.Not(s.deferred(i)), z3.Not(s.loading(i)))
+
+
+def _loadable(s: Store, prefix_caching: z3.BoolRef, i: z3.ArithRef) -> z3.BoolRef:
+    """Stored, not deferred, and not being loaded (which only counts with prefix caching)."""
+    return z3.And(s.stored(i), z3.Not(s.deferred(i)),
+                  z3.Not(z3.And(prefix_caching, s.loading(i))))
+
+
 def precondition_formula(name: str, enc: Enc, cfg: Config, d: Derived) -> z3.BoolRef:
     if name == "nothing-deferred-or-loading":
         # every block of every group: instantiated like the other store facts
-        return z3.And([enc.forall(z3.IntVal(0), d.keys[g] + 1, lambda i, s=s: z3.And(
-            z3.Not(s.deferred(i)), z3.Not(s.loading(i)))) for g, s in enumerate(cfg.stores)])
+        return z3.And([enc.forall(z3.IntVal(0), d.keys[g] + 1, partial(_quiet, s))
+                       for g, s in enumerate(cfg.stores)])
     return PRECONDITIONS[name].formula(cfg, d)
 
 
@@ -216,10 +225,7 @@ def valid_hit(ctx: Context, h: z3.ArithRef) -> z3.BoolRef:
         ld = loads[g]
         c.append(ld.hi <= d.keys[g])  # the request has the keys
         c.append(h >= d.obs[g])  # I4
-        st = cfg.stores[g]
-        c.append(enc.forall(ld.lo, ld.hi, lambda i, st=st: z3.And(
-            st.stored(i), z3.Not(st.deferred(i)),
-            z3.Not(z3.And(cfg.prefix_caching, st.loading(i))))))
+        c.append(enc.forall(ld.lo, ld.hi, partial(_loadable, cfg.stores[g], cfg.prefix_caching)))
         win = d.win[g]
         if win is not None:  # scheduler.py:728's assertion holds
             c.append(ld.pending <= win * cfg.factor)
@@ -308,24 +314,3 @@ THEOREMS: dict[str, Theorem] = {
         ),
     )
 }
-
-
-def common_invariant(ctx: Context, st: State) -> z3.BoolRef:
-    """What holds between passes, whatever the theorem (proved inductive per check)."""
-    cfg, d = ctx.cfg, ctx.d
-    c = [
-        st.num_hit == st.m - cfg.computed,
-        st.m - cfg.computed >= 1,
-        st.m <= ctx.m0,
-        z3.Or(st.next == NEXT_ALL, st.next == NEXT_SW),
-        z3.Or([z3.And(st.src == -1, st.m == ctx.m0)]
-              + [z3.And(st.src == g, st.m == o * st.mult) for g, o in enumerate(d.obs)]),
-    ]
-    c += [st.m <= k * o for k, o in zip(d.keys, d.obs, strict=True)]
-    # before a sliding-window-only pass, the full-attention prefix up to m is confirmed
-    for g, k in enumerate(cfg.kinds):
-        if k == FA:
-            hi = ctx.enc.cdiv(st.m, d.obs[g], f"fa_end{g}")
-            c.append(z3.Implies(st.next == NEXT_SW, ctx.enc.forall(
-                d.start[g], hi, cfg.stores[g].confirmed)))
-    return z3.And(c)

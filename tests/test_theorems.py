@@ -1,7 +1,8 @@
 """Every theorem against every semantics, as pytest items (add them to any CI run).
 
 Each item checks that the result matches the theorem's declared expectation: PROVED
-where it holds, a counterexample (replayed through model/) where it fails.
+where it holds, a counterexample (replayed through model/) where it fails. Run them with
+``python -m pytest -m theorems`` (CI runs the same checks through ``python -m proofs``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from proofs.check import check
 from proofs.theorems import THEOREMS
 
 
-@pytest.mark.slow
+@pytest.mark.theorems
 @pytest.mark.parametrize("semantics", list(SEMANTICS))
 @pytest.mark.parametrize("theorem", list(THEOREMS))
 def test_theorem(theorem: str, semantics: str) -> None:
