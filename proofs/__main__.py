@@ -9,6 +9,7 @@ result matches its declared expectation (and every precondition is shown necessa
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", type=Path, default=Path("report"), metavar="DIR")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S",
                    help="seconds per theorem and semantics (default 300)")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
+                   help="pairs checked at once, in separate processes (default 2)")
     p.add_argument("--no-necessity", action="store_true",
                    help="skip showing each precondition necessary")
     args = p.parse_args(argv)
@@ -44,7 +47,11 @@ def main(argv: list[str] | None = None) -> int:
         print("--timeout: must be > 0 seconds", file=sys.stderr)
         return 2
     t0 = time.monotonic()
-    rows = run_all(args.theorem, args.semantics, args.timeout, not args.no_necessity)
+    if args.jobs < 1:
+        print("--jobs: must be >= 1", file=sys.stderr)
+        return 2
+    rows = run_all(args.theorem, args.semantics, args.timeout, not args.no_necessity,
+                   args.jobs)
     write_report(rows, args.report)
     spec = ""
     if set(args.theorem) == set(THEOREMS) and set(args.semantics) == set(SEMANTICS):

@@ -171,7 +171,7 @@ def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
             return "UNKNOWN", f"{name}: out of time"
-        res, _ = _solve(build(False), min(left, 20_000))
+        res, _ = _solve(build(False), min(left, 60_000))
         if res != z3.unsat:  # sat may be spurious: ground the store facts at more points
             left = int((deadline - time.monotonic()) * 1000)
             res, _ = _solve(build(True), max(left, 1))

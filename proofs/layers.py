@@ -104,6 +104,7 @@ ARITHMETIC: list[Query] = [
 def lemma_queries(sem: Semantics, assumed: Sequence[str], maximal: bool) -> list[Query]:
     out: list[Query] = list(ARITHMETIC)
     for g, k in enumerate(TEMPLATE):
+        out.append((f"lemma last-token-block(g{g})", partial(last_token_block, sem, assumed, g)))
         out.append((f"lemma post(g{g})", partial(lemma_post, sem, assumed, g)))
         if k == FA:
             out.append((f"lemma down(g{g})", partial(lemma_down, sem, assumed, g)))
@@ -116,6 +117,19 @@ def _ends_on_a_block(cfg: Config, d: Derived, end: z3.ArithRef, m0: z3.ArithRef
                      ) -> z3.BoolRef:
     return z3.Or([end == m0] + [end == d.obs[g] * z3.Int(f"final_blocks{g}")
                                 for g in range(len(cfg.kinds))])
+
+
+def _unrounded_m0_near_cap(d: Derived, end: z3.ArithRef, g: int) -> z3.BoolRef:
+    return z3.Implies(z3.Not(d.align_on), z3.Or(end == d.cap[g], end == d.cap[g] - 1))
+
+
+def last_token_block(sem: Semantics, assumed: Sequence[str], g: int, rich: bool = False
+                     ) -> list[z3.BoolRef]:
+    """Without rounding the initial max hit is prompt - 1; if it is within group g's
+    keys, it is that group's last block end or one less."""
+    enc, cfg, d, pre = _setup(sem, assumed)
+    end = initial_max_hit(enc, cfg, d, sem)
+    return _finish(enc, pre + [end <= d.cap[g], z3.Not(_unrounded_m0_near_cap(d, end, g))])
 
 
 def alignment_queries(sem: Semantics, assumed: Sequence[str]) -> list[Query]:
@@ -162,6 +176,8 @@ def final_query(sem: Semantics, assumed: Sequence[str],
                   if group is None or g == group]
     if case is not None:
         facts.append(end == m0 if case < 0 else end == d.obs[case] * z3.Int("final_blocks"))
+        if case < 0:  # lemma last-token-block: a consequence, stated for the solver
+            facts += [_unrounded_m0_near_cap(d, end, g) for g in range(n)]
     elif aligned:
         facts.append(z3.Implies(d.align_on, end == d.align * z3.Int("end_in_align_blocks")))
     else:

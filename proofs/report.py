@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,18 +147,24 @@ def write_report(rows: Sequence[Row], out: Path) -> None:
         {"results": [row_json(r) for r in rows]}, indent=1) + "\n")
 
 
+def _run_one(args: tuple[str, str, float, bool]) -> Row:
+    return run_one(*args)
+
+
 def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
-            necessity: bool = True) -> list[Row]:
-    rows = []
+            necessity: bool = True, jobs: int = 1) -> list[Row]:
+    """Every pair, ``jobs`` at a time (separate processes); a line per pair as it ends."""
     print(f"{'theorem':<20}{'semantics':<30}{'status':<16}{'expected':<10}"
           f"{'match':<7}{'seconds':>8}", flush=True)
-    for t in theorems:
-        for s in semantics:
-            r = run_one(t, s, timeout_s, necessity)
+    pairs = [(t, s, timeout_s, necessity) for t in theorems for s in semantics]
+    rows: list[Row] = []
+    with multiprocessing.Pool(jobs) if jobs > 1 else nullcontext() as pool:
+        results = pool.imap(_run_one, pairs) if pool is not None else map(_run_one, pairs)
+        for r in results:
             rows.append(r)
             extra = "".join(f"\n    without {n.precondition}: {n.status} ({n.seconds:.1f}s)"
                             for n in r.necessity)
-            print(f"{t:<20}{s:<30}{r.verdict.status:<16}{r.expected:<10}"
+            print(f"{r.theorem:<20}{r.semantics:<30}{r.verdict.status:<16}{r.expected:<10}"
                   f"{'yes' if r.matches else 'NO':<7}{r.verdict.seconds:>8.2f}{extra}",
                   flush=True)
             if r.verdict.note and not r.matches:
