@@ -850,6 +850,12 @@ def _alternative(code: CodeFacts, results: Results, sem: str) -> list[Block]:
     return out
 
 
+def _scope_note(preconditions: Sequence[str]) -> str:
+    scoped = [PRECONDITIONS[p] for p in preconditions if PRECONDITIONS[p].scope]
+    return "".join(f" The proof covers only the case where {p.words} ({p.in_vllm})"
+                   for p in scoped)
+
+
 def _sim_table(run: dict[str, Any]) -> Table:
     rows = []
     for s in SIM_SEMANTICS:
@@ -875,7 +881,8 @@ def _cost(code: CodeFacts, results: Results) -> list[Block]:
     out.append(Para(f"`maximality` on `vllm-0.24.0`: **{_status(r)}** (preconditions {pre})."
                     " Where it applies, 0.24.0 never answers less than the largest hit that "
                     "keeps I1-I4 for the store it sees: every token it gives up against "
-                    "0.23.0 is a token 0.23.0 should not have loaded."))
+                    "0.23.0 is a token 0.23.0 should not have loaded." + _scope_note(
+                        THEOREMS["maximality"].preconditions)))
     sim = results.facts.get("sim", {})
     labels = {"chat": "pure Mamba", "chat-hybrid": "hybrid (one attention group + Mamba)"}
     for label, run in sim.items():
