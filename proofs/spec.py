@@ -457,7 +457,8 @@ def _intro(code: CodeFacts, results: Results) -> list[Block]:
              "tokens beyond the GPU prefix-cache hit it loads from the offload store (the "
              f"CPU tier): `OffloadingConnectorScheduler._lookup` ({_both('lookup')}). For a "
              "Mamba layer the store holds no per-token KV entries but **one recurrent state "
-             "per offloaded block**: block `i` holds the state after token `(i+1)·B`. A hit "
+             "per offloaded block**: block `i` holds the state after the first `(i+1)·B` "
+             "tokens (*the state at token* `(i+1)·B` below). A hit "
              "of `h` tokens restores the state of the last block it loads, so the hit must "
              "end exactly on a block boundary, or the engine continues from a state that "
              "belongs to another position."),
@@ -469,14 +470,16 @@ def _intro(code: CodeFacts, results: Results) -> list[Block]:
             f"window ends at `{T} - 1 = {T - 1}` ({_both('leave_last_token')}); the Mamba group is "
             "looked up like a sliding window of one block, which only asks that the block "
             f"holding the window's last token is stored. It is, so the hit is {old.hit}. "
-            f"The load then brings that block, whose state is the one after token "
-            f"{old.state_at}: the engine resumes at token {old.hit} with the state of "
-            f"token {old.state_at}, and the output is wrong.",
+            f"The load then brings that block, with the state at token {old.state_at}; "
+            f"the engine takes it as the state at token {old.hit} and computes the last "
+            f"prompt token (number {old.hit}, counting from 0) on top of it, so that token "
+            "enters the recurrent state twice, and the output is wrong.",
             f"**vLLM 0.24.0 answers {new.hit} tokens.** PR #44599 rounds the window's end "
             f"down to a multiple of the Mamba offloaded block size before any group is "
             f"looked up: `⌊{T - 1} / {B}⌋·{B} = {(T - 1) // B * B}` "
             f"({_vllm('0.24.0', 'mamba_round_down')}). The load brings block 0, with the "
-            f"state after token {new.state_at}, exactly where the hit ends.",
+            f"state at token {new.state_at}, exactly where the hit ends; tokens "
+            f"{new.hit}-{T - 1} are computed as usual.",
             "The real schedulers give the same answers (`sim/crosscheck` runs this case "
             "against vLLM 0.23.0 and 0.24.0 every time), and so does the real engine on a "
             f"GPU, where 0.23.0's {old.hit}-token hit changes the generated text "
