@@ -1136,8 +1136,9 @@ def _ci(code: CodeFacts, results: Results) -> list[Block]:
              "staleness test\n"
              "python -m proofs --report report/     # every theorem x semantics; exit 0 iff "
              "all match expectations\n"
-             "python -m sim.crosscheck --vllm 0.24.0 --examples 2000   # the model vs the "
-             "real scheduler\n"
+             "python -m sim.crosscheck --vllm 0.24.0 --examples 2000 \\\n"
+             "    --scenarios tests/scenarios --scenarios docs/counterexamples"
+             "   # the model vs the real scheduler\n"
              "python -m model lookup SCENARIO.json --explain           # one scenario in "
              "words and a picture", "sh"),
         Para(f"A ready GitHub Actions workflow: [`{CI_WORKFLOW}`](ci/offload-lookup-check.yml)"
