@@ -102,3 +102,25 @@ def test_regression_template_on_the_real_scheduler(version: str, passes: bool,
     assert (proc.returncode == 0) == passes, proc.stderr[-2000:]
     if not passes:
         assert "AssertionError" in proc.stderr
+
+
+@pytest.mark.slow
+def test_spec_facts_are_current() -> None:
+    """The expensive facts still come out the same (about a minute): the simulator's
+    numbers exactly; the Z3 searches (whose incidental details, such as an unconstrained
+    window size, may vary with the solver's time budget) in what the spec says of them.
+    After a change to sim/ or the encoding: `python -m proofs --report docs/`."""
+    from proofs.spec import FACTS, collect_facts
+
+    fresh = json.loads(json.dumps(collect_facts(), sort_keys=True))
+    committed = json.loads((DOCS / FACTS).read_text())
+    stale = "docs/spec-facts.json is stale: run `python -m proofs --report docs/`"
+    for key in ("sim", "rerun"):
+        assert fresh[key] == committed[key], stale
+    for facts in (fresh, committed):
+        seed = parse_scenario(facts["seed_counterexample"])
+        assert seed.prompt_tokens == 32
+        assert evaluate(seed, "vllm-0.23.0").hit_tokens == 31
+        assert evaluate(seed, "vllm-0.24.0").hit_tokens == 16
+        alt = evaluate(parse_scenario(facts["alt_round_num_hit_counterexample"]))
+        assert alt.refused is None and "no-partial-state" in {v.invariant for v in alt.violations}
