@@ -128,6 +128,18 @@ def _violation_fn(thm: Theorem) -> Callable[[Context, z3.ArithRef | None], z3.Bo
     return lambda ctx, cand: v(ctx)
 
 
+def _containment(sem: Semantics, assumed: Sequence[str], thm: Theorem, g: int, case: int,
+                 sub: int, rich: bool) -> list[z3.BoolRef]:
+    return final_query(sem, assumed, _violation_fn(thm), False, True, False, g, case, sub,
+                       rich, containment=True)
+
+
+def _final_given_containment(sem: Semantics, assumed: Sequence[str], thm: Theorem, g: int,
+                             rich: bool) -> list[z3.BoolRef]:
+    return final_query(sem, assumed, _violation_fn(thm), False, True, False, g,
+                       rich=rich, containment=False)
+
+
 def _ready(query: list[z3.BoolRef], rich: bool) -> list[z3.BoolRef]:
     return query  # the abstract loop's queries use no store facts
 
@@ -147,7 +159,18 @@ def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
         queries.append((name, partial(_ready, q)))
     if thm.aligned:
         queries += alignment_queries(sem, assumed)
-    if thm.split:
+    if thm.containment:
+        for g in range(len(TEMPLATE)):
+            queries.append((f"property from the summary (g{g}), given containment",
+                            partial(_final_given_containment, sem, assumed, thm, g)))
+            for case in range(-1, len(TEMPLATE)):
+                for sub in range(4):
+                    where = "M0" if case < 0 else f"a block of g{case}"
+                    queries.append((
+                        f"g{g} loads within what its lookup confirmed (hit ends at {where}, "
+                        f"case {sub})",
+                        partial(_containment, sem, assumed, thm, g, case, sub)))
+    elif thm.split:
         for g in range(len(TEMPLATE)):
             for case in range(-1, len(TEMPLATE)):
                 for sub in range(4):
@@ -171,10 +194,16 @@ def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
             return "UNKNOWN", f"{name}: out of time"
-        res, _ = _solve(build(False), min(left, 60_000))
-        if res != z3.unsat:  # sat may be spurious: ground the store facts at more points
+        # plain grounding first; a sat answer may be spurious and some queries go
+        # faster with more ground instances: then rich grounding, then plain again
+        res = z3.unknown
+        for rich, budget in ((False, 10_000), (True, 60_000), (False, None)):
             left = int((deadline - time.monotonic()) * 1000)
-            res, _ = _solve(build(True), max(left, 1))
+            if left <= 0:
+                break
+            res, _ = _solve(build(rich), left if budget is None else min(left, budget))
+            if res == z3.unsat:
+                break
         if res == z3.sat:
             return "FAILED", name
         if res == z3.unknown:

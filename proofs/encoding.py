@@ -670,13 +670,19 @@ def load_plan(enc: Enc, cfg: Config, d: Derived, hit: z3.ArithRef,
     return loads
 
 
-def ok_facts(enc: Enc, cfg: Config, d: Derived, g: int, y: z3.ArithRef) -> z3.BoolRef:
-    """``OK_g(y)``: the store confirms what a hit ending at token ``y`` needs from group g
-    in the lookup: the prefix of blocks from the GPU hit (full attention), or the last
-    ``window`` blocks before ``cdiv(y, obs)`` (sliding window, Mamba)."""
+def ok_range(enc: Enc, d: Derived, g: int, y: z3.ArithRef) -> tuple[z3.ArithRef, z3.ArithRef]:
+    """The blocks the lookup confirms for a hit ending at token ``y``: the prefix from
+    the GPU hit (full attention), or the last ``window`` blocks before ``cdiv(y, obs)``
+    (sliding window, Mamba)."""
     hi = enc.cdiv(y, d.obs[g], f"ok_end{g}")
     lo = d.start[g]
     win = d.win[g]
     if win is not None:
         lo = zmax(lo, hi - win)
+    return lo, hi
+
+
+def ok_facts(enc: Enc, cfg: Config, d: Derived, g: int, y: z3.ArithRef) -> z3.BoolRef:
+    """``OK_g(y)``: the store confirms the blocks of ``ok_range``."""
+    lo, hi = ok_range(enc, d, g, y)
     return enc.forall(lo, hi, cfg.stores[g].confirmed)

@@ -24,6 +24,7 @@ from proofs.encoding import (
     initial_max_hit_blocks,
     load_plan,
     ok_facts,
+    ok_range,
     startup,
     symbolic_config,
 )
@@ -157,21 +158,29 @@ def final_query(sem: Semantics, assumed: Sequence[str],
                 violation: Callable[[Context, z3.ArithRef | None], z3.BoolRef],
                 maximal: bool, uses_store: bool = True, aligned: bool = False,
                 group: int | None = None, case: int | None = None,
-                subcase: int | None = None, rich: bool = False) -> list[z3.BoolRef]:
+                subcase: int | None = None, rich: bool = False,
+                containment: bool | None = None) -> list[z3.BoolRef]:
     """The property at the loop's end, from the summary interpreted exactly.
 
     With ``aligned``, the summary's "the hit ends at the initial max hit or at a multiple
     of some group's block" is replaced by its consequence "the hit ends at a multiple of
     the Mamba alignment size", which ``alignment_query`` proves.
+
+    ``containment`` (with ``group``) splits loads-stored-only in two: True asks, with no
+    store at all, that the blocks the group loads lie within the blocks its lookup
+    confirmed (``ok_range``); False assumes that and asks the property itself.
     """
     enc, cfg, d, pre = _setup(sem, assumed, rich)
     n = len(cfg.kinds)
-    m0 = initial_max_hit(enc, cfg, d, sem)
+    if subcase is not None and not subcase & 2 and d.windowed:
+        m0: z3.ArithRef = cfg.prompt - 1  # no rounding in this case (scheduler.py:467)
+    else:
+        m0 = initial_max_hit(enc, cfg, d, sem)
     end = z3.Int("final_max_hit")
     nc = cfg.computed
     facts = [end - nc >= 1, end <= m0]
     facts += [end <= cap for cap in d.cap]
-    if uses_store:
+    if uses_store and not containment:
         facts += [ok_facts(enc, cfg, d, g, end) for g in range(n)
                   if group is None or g == group]
     if case is not None:
@@ -195,6 +204,15 @@ def final_query(sem: Semantics, assumed: Sequence[str],
         facts.append(cfg.factor == 1 if subcase & 1 else cfg.factor > 1)
         facts.append(d.align_on if subcase & 2 else z3.Not(d.align_on))
     ctx = Context(enc, cfg, d, sem, Result(deferred, hit), m0, group)
+    if containment is not None:
+        assert group is not None
+        load = load_plan(enc, cfg, d, hit, [group])[group]
+        ok_lo, ok_hi = ok_range(enc, d, group, end)
+        within = z3.Or(load.lo >= load.hi, z3.And(ok_lo <= load.lo, load.hi <= ok_hi))
+        active = z3.And(z3.Not(deferred), hit > 0)
+        if containment:
+            return _finish(enc, pre + facts + [active, z3.Not(within)])
+        facts.append(within)
     candidate = None
     if maximal:
         candidate = z3.Int("larger_hit")
