@@ -1240,7 +1240,7 @@ def write_spec(directory: Path, facts: dict[str, Any] | None = None) -> tuple[Pa
         alt = facts.get("alt_round_num_hit_counterexample")
         if alt:
             _draw(alt, "alt-round-num-hit", directory / "spec-alt-round-num-hit.png",
-                  "alt-round-num-hit: a GPU hit of whole GPU blocks, block_size_factor > 1")
+                  "alt-round-num-hit")
     results = load_results(directory)
     md, page = render(gather_code_facts(results), results)
     md_path, html_path = directory / "spec.md", directory / "spec.html"
