@@ -140,6 +140,7 @@ class Enc:
     facts: list[_Fact] = field(default_factory=list)
     # extra block indices to instantiate store facts at (per store group name)
     hints: dict[str, list[z3.ArithRef]] = field(default_factory=dict)
+    memo: dict[tuple[str, str, str], z3.ArithRef] = field(default_factory=dict)
 
     def fresh_int(self, name: str) -> z3.ArithRef:
         return z3.Int(f"{name}!{next(self.counter)}")
@@ -151,16 +152,23 @@ class Enc:
         self.cons.extend(c)
 
     def floordiv(self, x: z3.ArithRef, d: z3.ArithRef, name: str = "q") -> z3.ArithRef:
-        """``x // d`` for ``d > 0``."""
-        q = self.fresh_int(name)
-        self.add(q * d <= x, x < (q + 1) * d)
-        return q
+        """``x // d`` for ``d > 0`` (one symbol per distinct ``x`` and ``d``)."""
+        key = ("floor", x.sexpr(), d.sexpr())
+        if key not in self.memo:
+            q = self.fresh_int(name)
+            self.add(q * d <= x, x < (q + 1) * d)
+            self.memo[key] = q
+        return self.memo[key]
 
     def cdiv(self, x: z3.ArithRef, d: z3.ArithRef, name: str = "c") -> z3.ArithRef:
-        """``cdiv(x, d)`` (vllm/utils/math_utils.py) for ``d > 0``."""
-        q = self.fresh_int(name)
-        self.add((q - 1) * d < x, x <= q * d)
-        return q
+        """``cdiv(x, d)`` (vllm/utils/math_utils.py) for ``d > 0`` (one symbol per
+        distinct ``x`` and ``d``, so the solver need not prove two quotients equal)."""
+        key = ("ceil", x.sexpr(), d.sexpr())
+        if key not in self.memo:
+            q = self.fresh_int(name)
+            self.add((q - 1) * d < x, x <= q * d)
+            self.memo[key] = q
+        return self.memo[key]
 
     def index(self, i: z3.ArithRef) -> z3.ArithRef:
         """Kept for readability at call sites: the block index a predicate is applied to."""
