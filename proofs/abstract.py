@@ -119,6 +119,7 @@ def abstract(kinds: Sequence[str], sem: Semantics, maximal: bool, quiet: bool) -
     a.premises += [mul[g](cap[g]) for g in range(n)]
     if a.candidate is not None:
         # a valid larger hit: at least a block of every group, within keys and M0
+        # (lemma valid-bounds, proofs.layers)
         a.premises += [a.candidate - cfg.computed >= o for o in obs]
         a.premises += [a.candidate <= c for c in cap] + [a.candidate <= a.m0]
     return a

@@ -78,6 +78,30 @@ def lemma_keeps(sem: Semantics, assumed: Sequence[str], g: int, rich: bool = Fal
     return _finish(enc, pre + [valid_hit(ctx, h), info.m1 >= target, z3.Not(keeps)])
 
 
+def lemma_valid_bounds(sem: Semantics, assumed: Sequence[str], part: int, rich: bool = False
+                       ) -> list[z3.BoolRef]:
+    """valid-bounds: a valid hit h* covers a block of every group, stays within every
+    group's keys and within the initial max hit (what the abstract loop assumes of it)."""
+    enc, cfg, d, pre = _setup(sem, assumed, rich)
+    h = z3.Int("larger_hit")
+    m0 = initial_max_hit(enc, cfg, d, sem)
+    ctx = Context(enc, cfg, d, sem, Result(z3.BoolVal(False), h), m0)
+    end = cfg.computed + h
+    # part 0: blocks and keys; 1: the initial max hit without rounding; 2: with rounding,
+    # the hit ends where the Mamba group's loaded block ends (3 shows that is <= M0)
+    aligned_end = end == enc.cdiv(end, d.align, "end_blocks") * d.align
+    if part == 0:
+        claim = [z3.Not(z3.And([h >= o for o in d.obs] + [end <= c for c in d.cap]))]
+    elif part == 1:
+        claim = [z3.Not(d.align_on), end > m0]
+    elif part == 2:
+        claim = [d.align_on, z3.Not(aligned_end)]
+    else:  # arithmetic: a multiple of A below prompt - 1 is below round_down(prompt - 1, A)
+        return _finish(enc, pre + [d.align_on, aligned_end, h > 0, end <= cfg.prompt - 1,
+                                   end > m0])
+    return _finish(enc, pre + [valid_hit(ctx, h)] + claim)
+
+
 def lemma_down(sem: Semantics, assumed: Sequence[str], g: int, rich: bool = False
                ) -> list[z3.BoolRef]:
     """down(g): a full-attention group's OK facts are downward closed."""
@@ -104,6 +128,9 @@ ARITHMETIC: list[Query] = [
 
 def lemma_queries(sem: Semantics, assumed: Sequence[str], maximal: bool) -> list[Query]:
     out: list[Query] = list(ARITHMETIC)
+    if maximal:
+        out += [(f"lemma valid-bounds ({part})", partial(lemma_valid_bounds, sem, assumed, part))
+                for part in range(4)]
     for g, k in enumerate(TEMPLATE):
         out.append((f"lemma last-token-block(g{g})", partial(last_token_block, sem, assumed, g)))
         out.append((f"lemma post(g{g})", partial(lemma_post, sem, assumed, g)))

@@ -290,7 +290,7 @@ THEOREMS: dict[str, Theorem] = {
             "loads-stored-only",
             "Every block the load reads is held by the store.",
             violates_loads_stored_only,
-            RUNTIME + ("same-block-size", "factor-one"),
+            ("same-block-size", "factor-one"),
             _holds_on("vllm-0.23.0", "vllm-0.24.0"),
             split=True,
             containment=True,
