@@ -416,7 +416,8 @@ def _layout_words() -> str:
     return (f"the group layout is fixed to one group of each kind, in this order ({kinds}: "
             "`TEMPLATE` in `proofs/theorems.py`); everything else (block sizes, "
             "`block_size_factor`, window, cache mode, EAGLE flags, prompt length, GPU hit, "
-            "store content, request flags) is symbolic and unbounded")
+            "store content, request flags) is symbolic and unbounded, except where a "
+            "*proof scope* precondition below narrows it")
 
 
 def _guarantee_words(results: Results) -> str:
