@@ -755,7 +755,8 @@ def _story(code: CodeFacts, results: Results) -> list[Block]:
              f"window at the last one and keeps `M = {T - 1}`; the hit is {old.hit}. The "
              f"load plan needs the block containing token {T - 2} (the last hit token, "
              f"counting from 0), which carries the state at token {old.state_at}. On "
-             f"0.24.0 the window is first rounded down, `M = ⌊{T - 1}/{B}⌋·{B} = {(T - 1) // B * B}`:"),
+             f"0.24.0 the window is first rounded down, "
+             f"`M = ⌊{T - 1}/{B}⌋·{B} = {(T - 1) // B * B}`:"),
         *_example_blocks(new),
     ]
     seed_cex = results.facts.get("seed_counterexample")
