@@ -108,7 +108,7 @@ def _mamba_align_size(s: Scenario, sem: Semantics) -> int | None:
             cite(sem.base_version, "mamba_align_assert"),
             f"Mamba align groups disagree on the offloaded block size {sorted(sizes)}",
         )
-    return max(sizes) if not sem.align_assert else sizes.pop()
+    return align_groups[-1].gpu_block_size * s.block_size_factor  # the last one, as vLLM
 
 
 def resolve_layout(s: Scenario, sem: Semantics) -> Layout:

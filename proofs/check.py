@@ -66,10 +66,6 @@ class Verdict:
     note: str = ""
 
 
-class Timeout(Exception):
-    pass
-
-
 def _solve(cons: Sequence[z3.BoolRef], timeout_ms: int) -> tuple[z3.CheckSatResult, z3.Solver]:
     s = z3.Solver()
     s.set("timeout", max(1, timeout_ms))

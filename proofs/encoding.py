@@ -170,10 +170,6 @@ class Enc:
             self.memo[key] = q
         return self.memo[key]
 
-    def index(self, i: z3.ArithRef) -> z3.ArithRef:
-        """Kept for readability at call sites: the block index a predicate is applied to."""
-        return i
-
     def forall(self, lo: z3.ArithRef, hi: z3.ArithRef,
                body: Callable[[z3.ArithRef], z3.BoolRef]) -> z3.BoolRef:
         """``for every i in [lo, hi): body(i)``."""
@@ -191,7 +187,7 @@ class Enc:
             return z3.Or([z3.And(p <= c, c < p + v, z3.Not(ok(z3.IntVal(c))))
                           for c in range(self.bound)])
         q = skolem(p)
-        return z3.And(p <= q, q < p + v, z3.Not(ok(self.index(q))))
+        return z3.And(p <= q, q < p + v, z3.Not(ok(q)))
 
     def grounded(self, query: Sequence[z3.BoolRef]) -> list[z3.BoolRef]:
         """The facts' constraints: each instantiated at every index that the query (and
@@ -388,9 +384,9 @@ def prefix_lookup(enc: Enc, st: Store, s: z3.ArithRef, e: z3.ArithRef
     wit = enc.fresh_int("prefix_deferred_at")
     enc.add(
         r >= 0, r <= n,
-        enc.forall(s, s + r, lambda i: st.not_false(enc.index(i))),
-        z3.Or(r == n, z3.Not(st.not_false(enc.index(s + r)))),
-        z3.Implies(deferred, z3.And(s <= wit, wit < s + r, st.deferred(enc.index(wit)))),
+        enc.forall(s, s + r, lambda i: st.not_false(i)),
+        z3.Or(r == n, z3.Not(st.not_false(s + r))),
+        z3.Implies(deferred, z3.And(s <= wit, wit < s + r, st.deferred(wit))),
         z3.Implies(z3.Not(deferred), enc.forall(s, s + r, lambda i: z3.Not(st.deferred(i)))),
     )
     return r, deferred
@@ -419,17 +415,17 @@ def window_lookup(enc: Enc, st: Store, s: z3.ArithRef, e: z3.ArithRef, v: z3.Ari
         z3.Implies(found, z3.And(
             s + v <= j, j <= e,
             enc.forall(j - v, j, st.confirmed),
-            z3.Or(j == e, z3.Not(st.confirmed(enc.index(j)))),
+            z3.Or(j == e, z3.Not(st.confirmed(j))),
             _no_run(enc, st, j + 1, e, v),
         )),
         z3.Implies(z3.Not(found), z3.And(
             s <= j, j <= zmax(e, s),
             enc.forall(s, j, st.confirmed),
-            z3.Or(j >= e, z3.Not(st.confirmed(enc.index(j)))),
+            z3.Or(j >= e, z3.Not(st.confirmed(j))),
             _no_run(enc, st, s, e, v),
         )),
         z3.Implies(deferred, z3.And(scanned_from <= wit, wit < e,
-                                    st.deferred(enc.index(wit)))),
+                                    st.deferred(wit))),
         z3.Implies(z3.Not(deferred), enc.forall(scanned_from, e,
                                                 lambda i: z3.Not(st.deferred(i)))),
     )
@@ -617,7 +613,7 @@ def result_of(enc: Enc, cfg: Config, d: Derived, sem: Semantics, st: State) -> R
         wit = enc.fresh_int(f"busy_at{g}")
         enc.add(
             z3.Implies(flag, z3.And(lo <= wit, wit < hi,
-                                    cfg.stores[g].loading(enc.index(wit)))),
+                                    cfg.stores[g].loading(wit))),
             z3.Implies(z3.Not(flag), enc.forall(lo, hi, partial(_negated,
                                                                 cfg.stores[g].loading))),
         )

@@ -207,7 +207,7 @@ def violates_loads_stored_only(ctx: Context) -> z3.BoolRef:
     for g, load in loads.items():
         i = ctx.enc.fresh_int(f"unstored{g}")
         bad.append(z3.And(load.lo <= i, i < load.hi,
-                          z3.Not(ctx.cfg.stores[g].stored(ctx.enc.index(i)))))
+                          z3.Not(ctx.cfg.stores[g].stored(i))))
     return z3.And(_active(ctx), z3.Or(bad))
 
 
