@@ -30,6 +30,8 @@ class LoadPlan:
     loads: tuple[GroupLoad, ...]
     # a vLLM assertion in update_state_after_alloc that this load would trip, if any
     assertion: str | None = None
+    # vLLM 0.33.0: the partial-tail boundary the hit ends at (None: whole chunks)
+    tail_boundary: int | None = None
 
 
 def num_skipped_tokens(group: Group, num_computed_tokens: int) -> int:

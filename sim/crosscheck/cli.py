@@ -39,7 +39,7 @@ SEED = {  # the seed's boundary case: real 0.23.0 hits 31 tokens, real 0.24.0 hi
     "groups": [{"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
                 "stored": "all"}],
 }
-SEED_HIT = {"0.23.0": 31, "0.24.0": 16}
+SEED_HIT = {"0.23.0": 31, "0.24.0": 16, "0.33.0": 16}
 BENCH = {  # 4,096-token prompt, two groups, everything stored, nothing on the GPU
     "semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 4096,
     "num_computed_tokens": 0,
@@ -208,21 +208,12 @@ def bench(real: RealScheduler, calls: int) -> tuple[float, float]:
     """Lookups/s (1 / the median call) of the real scheduler and of the model on the
     fixed benchmark; the real side excludes building the Request, the model side
     excludes resolving the layout (both are start-up work)."""
-    from model.layout import resolve_layout
-    from model.lookup import get_num_new_matched_tokens
-    from model.semantics import get_semantics
+    from sim.crosscheck.compare import timed_lookup
 
     sem_name = semantics_for(real.version)
     s = parse_scenario(dict(BENCH, semantics=sem_name))
     r = real.bench(to_case(s), calls)
-    sem = get_semantics(sem_name)
-    layout = resolve_layout(s, sem)
-    per_call = []
-    clock = time.perf_counter
-    for _ in range(calls):
-        t0 = clock()
-        get_num_new_matched_tokens(layout, s, sem)
-        per_call.append(clock() - t0)
+    per_call = [timed_lookup(s, sem_name) for _ in range(calls)]
     per_call.sort()
     # median calls on both sides: robust to other load on the machine
     return 1 / r["median"], 1 / per_call[len(per_call) // 2]

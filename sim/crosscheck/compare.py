@@ -34,18 +34,31 @@ def model_view(s: Scenario, semantics: str) -> ModelView:
             precondition, out = out.refused, relaxed
     seconds = 0.0
     if out.refused is None and out.layout is not None:
-        from model.lookup import get_num_new_matched_tokens
-        from model.semantics import get_semantics
-
-        sem = get_semantics(semantics)
-        t0 = time.perf_counter()
-        get_num_new_matched_tokens(out.layout, s, sem)
-        seconds = time.perf_counter() - t0
+        seconds = timed_lookup(s, semantics, out.layout)
     loads = None
     if out.refused is None and out.hit_tokens:
         loads = {gl.group: tuple(gl.blocks) for gl in out.loads}
     return ModelView(out.refused, out.hit_tokens, tuple(out.lookups), loads,
                      out.assertion, precondition, seconds)
+
+
+def timed_lookup(s: Scenario, semantics: str, layout: Any = None) -> float:
+    """Seconds one model lookup takes (the layout, start-up work, resolved outside)."""
+    from model import layout_v033, lookup_v033
+    from model.layout import resolve_layout
+    from model.lookup import get_num_new_matched_tokens
+    from model.semantics import get_semantics
+
+    sem = get_semantics(semantics)
+    if sem.chunked:
+        lay = layout or layout_v033.resolve_layout(s)
+        t0 = time.perf_counter()
+        lookup_v033.get_num_new_matched_tokens(lay, s)
+        return time.perf_counter() - t0
+    lay = layout or resolve_layout(s, sem)
+    t0 = time.perf_counter()
+    get_num_new_matched_tokens(lay, s, sem)
+    return time.perf_counter() - t0
 
 
 @dataclass
