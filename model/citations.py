@@ -13,6 +13,8 @@ SINGLE = "v1/core/single_type_kv_cache_manager.py"
 CORE = "v1/engine/core.py"
 KVM = "v1/core/kv_cache_manager.py"
 OCFG = "distributed/kv_transfer/kv_connector/v1/offloading/config.py"
+CACHECFG = "config/cache.py"
+MODELCFG = "model_executor/models/config.py"
 WORKER = "v1/kv_offload/cpu/gpu_worker.py"
 
 _LINES: dict[str, dict[str, tuple[str, int]]] = {
@@ -115,6 +117,10 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
     },
     "0.33.0": {
         # start-up (offloading/config.py, kv_cache_utils.py, scheduler.py from_spec/__init__)
+        "mamba_modes": (CACHECFG, 176),
+        "mamba_mode_align_on": (MODELCFG, 764),
+        "mamba_mode_none_off": (MODELCFG, 781),
+        "mamba_manager_align": (SINGLE, 1442),
         "hash_single_group": (UTILS, 849),
         "hash_lcm": (UTILS, 863),
         "hash_mamba_backoff": (UTILS, 878),

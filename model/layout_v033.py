@@ -129,8 +129,31 @@ def _blocks_per_chunk(s: Scenario) -> int:
     return s.block_size_factor  # config.py:150
 
 
+def check_mamba_modes(s: Scenario) -> None:
+    """0.33.0 ties the Mamba cache mode to prefix caching: mode "all" is gone
+    (``MambaCacheMode``, config/cache.py:176); ``MambaModelConfig`` turns "none" into
+    "align" when prefix caching is on and "align" into "none" when it is off
+    (model_executor/models/config.py:764, 781), and ``MambaManager`` asserts align
+    whenever caching is on (v1/core/single_type_kv_cache_manager.py:1442)."""
+    for i, g in enumerate(s.groups):
+        if g.kind != "mamba":
+            continue
+        if g.mamba_cache_mode == "all":
+            raise Refused(cite(V, "mamba_modes"),
+                          f"groups[{i}].mamba_cache_mode: 'all' is not a mode of 0.33.0")
+        if s.enable_prefix_caching and g.mamba_cache_mode != "align":
+            raise Refused(cite(V, "mamba_mode_align_on"),
+                          f"groups[{i}].mamba_cache_mode: with prefix caching on 0.33.0 "
+                          "runs Mamba in mode 'align'")
+        if not s.enable_prefix_caching and g.mamba_cache_mode != "none":
+            raise Refused(cite(V, "mamba_mode_none_off"),
+                          f"groups[{i}].mamba_cache_mode: with prefix caching off 0.33.0 "
+                          "runs Mamba in mode 'none'")
+
+
 def resolve_layout(s: Scenario) -> ChunkLayout:
     """Build what 0.33.0's start-up builds, or raise ``Refused`` naming the check."""
+    check_mamba_modes(s)
     scheduler_block_size, tph = resolve_block_sizes(s)
     for g in s.groups:  # config.py:113
         if g.gpu_block_size % tph:
@@ -204,6 +227,11 @@ def check_request(s: Scenario, layout: ChunkLayout) -> None:
             f"num_computed_tokens {s.num_computed_tokens} is not a multiple of the scheduler "
             f"block size {layout.scheduler_block_size} (the cross-check's GPU hits are; "
             "0.33.0's fine-grained hits are out of scope)")
+    if s.num_computed_tokens and not s.enable_prefix_caching:
+        raise Refused(
+            cite(V, "gpu_hit_cap"),
+            f"num_computed_tokens {s.num_computed_tokens}: no GPU prefix-cache hit exists "
+            "with prefix caching off")
     if s.num_computed_tokens >= s.prompt_tokens:
         raise Refused(
             cite(V, "gpu_hit_cap"),

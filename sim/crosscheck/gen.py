@@ -138,6 +138,12 @@ def _v033_extras(draw: st.DrawFn, out: dict[str, Any]) -> dict[str, Any]:
             g["stored_tails"] = _tails(draw, prompt, g["gpu_block_size"], 0.05)
         if g["kind"] == "mamba" and _chance(draw, 0.1):
             g["eagle"] = True  # real layouts have none; 0.33.0 does not forbid it
+        if g["kind"] == "mamba" and _chance(draw, 0.9):
+            # 0.33.0 ties the mode to prefix caching (models/config.py:764, 781)
+            on = out.get("enable_prefix_caching", True)
+            g["mamba_cache_mode"] = "align" if on else "none"
+    if not out.get("enable_prefix_caching", True) and _chance(draw, 0.9):
+        out["num_computed_tokens"] = 0  # no GPU prefix hit without prefix caching
     if _chance(draw, 0.15):
         out["max_num_new_tokens"] = draw(st.integers(0, prompt))
     if _chance(draw, 0.15):

@@ -54,6 +54,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (  # noqa: E
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (  # noqa: E402
     build_offloading_config,
 )
+from vllm.model_executor.models.config import MambaModelConfig  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
 from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager  # noqa: E402
@@ -140,6 +141,9 @@ def build_configs(case: dict[str, Any]) -> tuple[Any, Any]:
         block_size=min(sizes), enable_prefix_caching=case["enable_prefix_caching"])
     if case.get("hash_block_size") is not None:
         cache_kwargs["prefix_match_unit"] = case["hash_block_size"]
+    modes = [g["mamba_cache_mode"] for g in groups if g["kind"] == "mamba"]
+    if modes:  # CacheConfig validates the mode (config/cache.py:176: align or none)
+        cache_kwargs["mamba_cache_mode"] = modes[0]
     cache_config = CacheConfig(**cache_kwargs)
     vllm_config = VllmConfig(
         device_config=DeviceConfig("cpu"),
@@ -151,6 +155,15 @@ def build_configs(case: dict[str, Any]) -> tuple[Any, Any]:
             kv_connector_extra_config=dict(case["extra_config"]),
         ),
     )
+    if modes:
+        # the real MambaModelConfig sets the mode from enable_prefix_caching
+        # (model_executor/models/config.py:763-785); a model builds its MambaSpec from it
+        vllm_config.model_config = _model_config(case)
+        MambaModelConfig.verify_and_update_config(vllm_config)
+        mode = vllm_config.cache_config.mamba_cache_mode
+        if any(m != mode for m in modes):
+            raise ValueError(f"MambaModelConfig runs Mamba in mode {mode!r}, the case "
+                             f"asks for {modes}")
     # v1/engine/core.py:347: the smallest (prefix-cacheable) group block size
     vllm_config.cache_config.block_size = min(sizes)
     group_specs = [
@@ -207,11 +220,16 @@ def _err(e: BaseException) -> str:
     return f"{type(e).__name__}{where}: {msg}"
 
 
+def _model_config(case: dict[str, Any]) -> Any:
+    """The stand-in model config (see the module doc)."""
+    return SimpleNamespace(model="crosscheck", dtype=torch.float16, use_mla=False,
+                           architecture="crosscheck",
+                           max_model_len=case["prompt_tokens"] + 64)
+
+
 def setup(case: dict[str, Any]) -> tuple[Any, Any, Any, ScenarioManager, Any]:
     vllm_config, kv_cache_config = build_configs(case)
-    vllm_config.model_config = SimpleNamespace(  # the stand-in (see the module doc)
-        model="crosscheck", dtype=torch.float16, use_mla=False,
-        max_model_len=case["prompt_tokens"] + 64)
+    vllm_config.model_config = _model_config(case)
     config = build_offloading_config(vllm_config, kv_cache_config)
     spec = ScenarioSpec(config)
     manager = ScenarioManager()
@@ -307,7 +325,9 @@ def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: Sc
             max_model_len=case["prompt_tokens"] + 64,
             scheduler_block_size=sched_bs,
             hash_block_size=hash_bs,
-            enable_caching=True,
+            # as the engine: caching follows enable_prefix_caching (with it off there is
+            # no GPU prefix hit, and MambaManager asserts mode align whenever it is on)
+            enable_caching=case["enable_prefix_caching"],
         )
         pool = kvm.block_pool
         computed: list[list[Any]] = []
