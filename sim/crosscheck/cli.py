@@ -14,6 +14,7 @@ import hashlib
 import json
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,8 @@ class Tally:
     deferred: int = 0
     zero: int = 0
     load_plans: int = 0
+    # 0.33.0's dimensions among the agreeing, accepted scenarios (name -> count)
+    dims: Counter[str] = field(default_factory=Counter)
 
     def line(self, label: str) -> str:
         speed = ""
@@ -75,7 +78,38 @@ class Tally:
                 f"({self.refused_both} refused by both, {self.hits} hits with "
                 f"{self.load_plans} load plans, {self.zero} zero, {self.deferred} deferred, "
                 f"{self.preconditions} past a model precondition), "
-                f"{len(self.disagreements)} disagree{speed}")
+                f"{len(self.disagreements)} disagree{speed}{self._dims()}")
+
+    def _dims(self) -> str:
+        if not self.dims:
+            return ""
+        return "; exercised: " + ", ".join(f"{k} {v}" for k, v in sorted(self.dims.items()))
+
+
+def v033_dims(s: Scenario, result: dict[str, Any]) -> list[str]:
+    """Which of 0.33.0's new dimensions an accepted scenario exercised."""
+    if not s.semantics.endswith("0.33.0"):
+        return []
+    out = []
+    if result.get("tail_boundary") is not None:
+        out.append("partial-tail hits")
+    if (s.blocks_per_chunk or 1) > 1 or s.block_size_factor > 1:
+        out.append("multi-block chunks")
+    if len({g.gpu_block_size for g in s.groups}) > 1:
+        out.append("mixed block sizes")
+    if any(g.eagle for g in s.groups):
+        out.append("EAGLE groups")
+    if any(g.pending or g.pending_tails for g in s.groups):
+        out.append("HIT_PENDING answers")
+    if any(g.deferred or g.deferred_tails for g in s.groups):
+        out.append("RETRY answers")
+    if any(g.stored_tails for g in s.groups):
+        out.append("stored tail keys")
+    if s.max_num_new_tokens is not None or s.max_load_tokens is not None:
+        out.append("caps")
+    if any(g.stored is not None for g in s.groups):
+        out.append("evicted keys")
+    return out
 
 
 def _say(msg: str) -> None:
@@ -103,6 +137,7 @@ def check_one(real: RealScheduler, s: Scenario, tally: Tally,
             tally.zero += hit == 0
             tally.hits += bool(hit)
             tally.load_plans += result.get("loads") is not None
+            tally.dims.update(v033_dims(s, result))
         if result.get("refused") is None and "t_lookup" in result and mv.seconds:
             tally.real_seconds += result["t_lookup"]
             tally.model_seconds += mv.seconds
