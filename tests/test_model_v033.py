@@ -16,8 +16,7 @@ from model.evaluate import evaluate
 from model.invariants import no_partial_state
 from model.layout_v033 import resolve_layout
 from model.load_plan import GroupLoad, LoadPlan
-from model.scenario import iter_scenario_paths, load_scenario_file, parse_scenario
-from model.scenario import scenario_to_json
+from model.scenario import iter_scenario_paths, load_scenario_file, parse_scenario, scenario_to_json
 
 ROOT = Path(__file__).resolve().parents[1]
 V = "vllm-0.33.0"
