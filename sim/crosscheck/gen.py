@@ -65,7 +65,7 @@ def _tails(draw: st.DrawFn, prompt: int, step: int, p: float) -> list[int]:
     ends = list(range(step, prompt + 1, step))
     if not ends or not _chance(draw, p):
         return []
-    if _chance(draw, 0.5):  # dense: most boundaries stored, a few evicted
+    if _chance(draw, 0.7):  # dense: most boundaries stored, a few evicted
         return [e for e in ends if not _chance(draw, 0.2)]
     return sorted(set(draw(st.lists(st.sampled_from(ends), min_size=1, max_size=4))))
 
@@ -154,7 +154,7 @@ def _v033_extras(draw: st.DrawFn, out: dict[str, Any]) -> dict[str, Any]:
 @st.composite
 def scenario_dicts(draw: st.DrawFn, semantics: str = "vllm-0.24.0") -> dict[str, Any]:
     if semantics == "vllm-0.33.0":
-        if _chance(draw, 0.4):
+        if _chance(draw, 0.5):
             return _v033_extras(draw, _tail_layout(draw, semantics))
         return _v033_extras(draw, draw(_classic_dicts(semantics)))
     return draw(_classic_dicts(semantics))
