@@ -138,6 +138,10 @@ def check_one(real: RealScheduler, s: Scenario, tally: Tally,
             tally.hits += bool(hit)
             tally.load_plans += result.get("loads") is not None
             tally.dims.update(v033_dims(s, result))
+            if mv.precondition is None:
+                # the model's verdict on a run the real scheduler matched step for step
+                tally.dims.update(f"breaks {v}" for v in mv.violations
+                                  if s.semantics.endswith("0.33.0"))
         if result.get("refused") is None and "t_lookup" in result and mv.seconds:
             tally.real_seconds += result["t_lookup"]
             tally.model_seconds += mv.seconds

@@ -23,6 +23,7 @@ class ModelView:
     # (GPU hit shape); the comparison then uses the model run without it (enforce=False)
     precondition: str | None = None
     seconds: float = 0.0  # the model's lookup time (start-up excluded, as for the real)
+    violations: tuple[str, ...] = ()  # the invariants the model finds broken
 
 
 def model_view(s: Scenario, semantics: str) -> ModelView:
@@ -39,7 +40,8 @@ def model_view(s: Scenario, semantics: str) -> ModelView:
     if out.refused is None and out.hit_tokens:
         loads = {gl.group: tuple(gl.blocks) for gl in out.loads}
     return ModelView(out.refused, out.hit_tokens, tuple(out.lookups), loads,
-                     out.assertion, precondition, seconds)
+                     out.assertion, precondition, seconds,
+                     tuple(sorted({v.invariant for v in out.violations})))
 
 
 def timed_lookup(s: Scenario, semantics: str, layout: Any = None) -> float:

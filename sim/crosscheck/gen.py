@@ -7,8 +7,8 @@ deferred lookups, blocks being loaded, EAGLE groups, and the request flags.  For
 vllm-0.33.0 also: blocks_per_chunk 1-3 (with per-group block sizes), HIT_PENDING and
 RETRY answers, partial-tail layouts (one block size, attention + Mamba align, a finer
 hash size) with stored / pending / retried tail keys, EAGLE attention groups with proof
-margins, and the max_num_new_tokens / max_load_tokens caps; evictions are arbitrary
-missing keys (holes in every store).  Layouts a
+margins, the max_num_new_tokens / max_load_tokens caps, and attention chunks that are not
+a multiple of the Mamba chunk; evictions are arbitrary missing keys (holes in stores).  Layouts a
 release refuses at start-up are generated on purpose (mixed block sizes with a factor,
 Mamba groups of different sizes, hash_block_size overrides).
 """
@@ -76,7 +76,7 @@ def _tail_layout(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
     unit = draw(st.sampled_from((1, 2, 4, 8)))
     size = unit * draw(st.sampled_from((2, 3, 4)))
     tph = unit if _chance(draw, 0.8) else size  # sometimes no finer hash: no tails
-    n_groups = draw(st.integers(1, 3))
+    n_groups = 1 if _chance(draw, 0.1) else draw(st.integers(2, 3))
     kinds = [draw(st.sampled_from(["full_attention", "mamba"])) for _ in range(n_groups)]
     if "mamba" not in kinds:
         kinds[-1] = "mamba"
@@ -118,15 +118,16 @@ def _tail_layout(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
         "semantics": semantics, "block_size_factor": 1, "prompt_tokens": prompt,
         "num_computed_tokens": computed, "groups": groups,
     }
-    if tph != size or _chance(draw, 0.2):
+    if n_groups > 1 and (tph != size or _chance(draw, 0.2)):
         out["hash_block_size"] = tph
     return out
 
 
-def _v033_extras(draw: st.DrawFn, out: dict[str, Any]) -> dict[str, Any]:
+def _v033_extras(draw: st.DrawFn, out: dict[str, Any], chunks: bool = True
+                 ) -> dict[str, Any]:
     """0.33.0's new dimensions on a drawn scenario: chunking, answers, tails, caps."""
     prompt = out["prompt_tokens"]
-    if _chance(draw, 0.25):
+    if _chance(draw, 0.25 if chunks else 0.05):
         out["blocks_per_chunk"] = draw(st.sampled_from([1, 2, 3]))
         if _chance(draw, 0.8):
             out["block_size_factor"] = 1  # both set is refused (config.py:126)
@@ -151,11 +152,32 @@ def _v033_extras(draw: st.DrawFn, out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _uneven_layout(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
+    """0.33.0: full attention whose chunk is not a multiple of the Mamba align chunk,
+    with an attention store that may stop the hit inside a Mamba chunk (the class that
+    breaks no-partial-state; tests/scenarios/vllm-0.33.0-breaks/)."""
+    unit = draw(st.sampled_from((1, 2, 4, 8, 16)))
+    attn, mamba = draw(st.sampled_from([(3, 2), (2, 3), (3, 4), (4, 3), (5, 2), (6, 4)]))
+    prompt = draw(st.integers(1, 240))
+    k = draw(st.integers(0, prompt // (attn * unit) + 1))
+    groups: list[dict[str, Any]] = [
+        {"kind": "full_attention", "gpu_block_size": attn * unit, "stored": list(range(k))},
+        {"kind": "mamba", "gpu_block_size": mamba * unit, "mamba_cache_mode": "align",
+         "stored": _blocks(draw, prompt // (mamba * unit) + 1, 0.6)},
+    ]
+    if _chance(draw, 0.5):
+        groups.reverse()
+    return {"semantics": semantics, "block_size_factor": 1, "prompt_tokens": prompt,
+            "num_computed_tokens": 0, "groups": groups}
+
+
 @st.composite
 def scenario_dicts(draw: st.DrawFn, semantics: str = "vllm-0.24.0") -> dict[str, Any]:
     if semantics == "vllm-0.33.0":
+        if _chance(draw, 0.1):
+            return _v033_extras(draw, _uneven_layout(draw, semantics))
         if _chance(draw, 0.5):
-            return _v033_extras(draw, _tail_layout(draw, semantics))
+            return _v033_extras(draw, _tail_layout(draw, semantics), chunks=False)
         return _v033_extras(draw, draw(_classic_dicts(semantics)))
     return draw(_classic_dicts(semantics))
 
