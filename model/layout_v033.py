@@ -83,7 +83,7 @@ def resolve_block_sizes(s: Scenario) -> tuple[int, int]:
     sizes = [g.gpu_block_size for g in s.groups]
     if len(sizes) <= 1:  # kv_cache_utils.py:840
         bs = sizes[0]
-        if s.hash_block_size not in (None, bs):  # kv_cache_utils.py:849
+        if s.hash_block_size not in (None, bs):  # kv_cache_utils.py:847-853
             raise Refused(cite(V, "hash_single_group"),
                           f"prefix_match_unit (hash_block_size) {s.hash_block_size} differs "
                           f"from the single group's block size {bs}")
@@ -163,7 +163,7 @@ def resolve_layout(s: Scenario) -> ChunkLayout:
     bpc = _blocks_per_chunk(s)
     groups = []
     for i, g in enumerate(s.groups):
-        tpc = g.gpu_block_size * bpc  # scheduler.py:254
+        tpc = g.gpu_block_size * bpc  # scheduler.py:256
         window: int | None = None
         if g.kind == "sliding_window":  # config.py:64 (extra_retained_tokens = 0)
             assert g.sliding_window is not None
@@ -175,12 +175,12 @@ def resolve_layout(s: Scenario) -> ChunkLayout:
             tokens_per_block=g.gpu_block_size, tokens_per_chunk=tpc,
             hashes_per_chunk=tpc // tph,  # scheduler.py:257
             sliding_window=g.sliding_window, sliding_window_size_in_chunks=window,
-            is_eagle_group=g.eagle,  # scheduler.py:264 (KVCacheGroupSpec.is_eagle_group)
+            is_eagle_group=g.eagle,  # scheduler.py:265 (KVCacheGroupSpec.is_eagle_group)
             requires_cow_source=g.kind == "mamba" and g.mamba_cache_mode == "align",  # :266
         ))
     full = [c.group_idx for c in groups if c.sliding_window_size_in_chunks is None]
     windowed = [c.group_idx for c in groups if c.sliding_window_size_in_chunks is not None]
-    # scheduler.py:589: windowed groups by window size, largest first (stable sort)
+    # scheduler.py:588: windowed groups by window size, largest first (stable sort)
     windowed.sort(key=lambda i: groups[i].sliding_window_size_in_chunks or 0, reverse=True)
     align = [c for c in groups if c.requires_cow_source]
     if len({c.tokens_per_chunk for c in align}) > 1:  # scheduler.py:153

@@ -8,7 +8,7 @@ in v1/core/single_type_kv_cache_manager.py). Its keys are the chunks from that b
 chunk to the hit's last chunk; a partial-tail hit replaces the last chunk by the
 boundary key (scheduler.py:1428-1440).
 
-What the worker copies (v1/kv_offload/cpu/gpu_worker.py:626-660): per group, the pending
+What the worker copies (v1/kv_offload/cpu/gpu_worker.py:629-660): per group, the pending
 GPU blocks in order, from the loaded chunks starting at sub-block ``block_index %
 blocks_per_chunk``. A Mamba group's running state is its last pending GPU block; from a
 chunk it is the state stored for that block, which ends at ``num_gpu_blocks *

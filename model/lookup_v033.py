@@ -74,7 +74,7 @@ def _sliding_window_lookup(mgr: _Manager, group: int, chunks: range, window: int
     defer_lookup = False
     pending_in_window = False
     consecutive_hits = 0
-    required_window = initial_window or window  # scheduler.py:818
+    required_window = initial_window or window  # scheduler.py:819
     for idx in range(len(chunks) - 1, -1, -1):
         result = mgr.chunk(group, chunks[idx])
         if result == HIT:  # scheduler.py:822
@@ -123,7 +123,7 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
     num_hit_tokens = 0
     defer_lookup = False
     lookup_groups = layout.lookup_groups
-    st.hit_end_chunk = {c.group_idx: 0 for c in layout.groups}  # scheduler.py:888
+    st.hit_end_chunk = {c.group_idx: 0 for c in layout.groups}  # scheduler.py:887
     eagle_verified: set[int] = set()  # scheduler.py:892
     while lookup_groups:  # scheduler.py:893
         st.passes += 1
@@ -153,7 +153,7 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
             num_hit_chunks: int | None
             if window is None:
                 num_hit_chunks = _maximal_prefix_lookup(mgr, group_idx, chunks)
-                # scheduler.py:954: the chunks confirmed as ready (before any EAGLE pop)
+                # scheduler.py:957: the chunks confirmed as ready (before any EAGLE pop)
                 st.hit_end_chunk[group_idx] = start_chunk_idx + (num_hit_chunks or 0)
             else:
                 required_window = window + 1 if is_eagle_unverified else window  # :961
@@ -204,7 +204,7 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
         for cfg, g in zip(layout.groups, s.groups, strict=True):
             tpc = cfg.tokens_per_chunk
             window = cfg.load_window_size_in_chunks(end)  # scheduler.py:1027
-            # offload_keys[start:num_chunks] (scheduler.py:1033): the slice stops at the
+            # offload_keys[start:num_chunks] (scheduler.py:1035): the slice stops at the
             # last key the request has
             hit_chunks = list(range(num_computed_tokens // tpc,
                                     min(cdiv(end, tpc), num_keys[cfg.group_idx])))
@@ -286,7 +286,7 @@ def lookup(layout: ChunkLayout, s: Scenario) -> tuple[LookupResult, int | None]:
         loads_bridge = boundary >= bridge_boundary
         hit, boundary_pending = _lookup_partial_tail(
             layout, s, mgr, boundary, loads_bridge and bridge_pending)
-        if hit:  # scheduler.py:1140
+        if hit:  # scheduler.py:1139
             return done(boundary - local_tokens, f"partial tail at token {boundary}",
                         boundary)
         pending |= boundary_pending
