@@ -10,7 +10,7 @@ from model.invariants import AnyLayout, Violation, check_all
 from model.layout import Refused, check_request, resolve_layout
 from model.load_plan import GroupLoad, load_plan
 from model.lookup import LookupResult, get_num_new_matched_tokens
-from model.scenario import Scenario
+from model.scenario import Scenario, ScenarioError
 from model.semantics import Semantics, get_semantics
 
 
@@ -64,10 +64,18 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
                    res, layout, assertion)
 
 
+MAX_V033_HASHES = 1_000_000
+
+
 def _evaluate_v033(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
     """vLLM 0.33.0: start-up (layout_v033), lookup (lookup_v033), load (load_v033)."""
     try:
         layout = layout_v033.resolve_layout(s)
+        if s.prompt_tokens // layout.tokens_per_hash > MAX_V033_HASHES:
+            # the 0.33.0 model asks the store key by key, as vLLM does: bound the work
+            raise ScenarioError(
+                f"prompt_tokens: {s.prompt_tokens} tokens are more than {MAX_V033_HASHES:,} "
+                f"hash blocks of {layout.tokens_per_hash} (the vllm-0.33.0 model's bound)")
         if enforce:
             layout_v033.check_request(s, layout)
     except Refused as e:

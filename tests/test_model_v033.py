@@ -100,7 +100,7 @@ def test_blocks_per_chunk_gives_each_group_its_own_chunk_size() -> None:
                   "stored": "all"}]}, "model_executor/models/config.py:764"),
     ({"enable_prefix_caching": False}, "model_executor/models/config.py:781"),
     ({"blocks_per_chunk": 2, "block_size_factor": 2}, "offloading/config.py:126"),
-    ({"hash_block_size": 4}, "kv_cache_utils.py:849"),
+    ({"hash_block_size": 4}, "kv_cache_utils.py:853"),
     ({"block_size_factor": 2, "groups": [
         {"kind": "full_attention", "gpu_block_size": 16, "stored": "all"},
         {"kind": "full_attention", "gpu_block_size": 32, "stored": "all"}]},
@@ -153,3 +153,14 @@ def test_mamba_chunk_not_at_hit_end_is_flagged() -> None:
     o = evaluate(load_scenario_file(p))
     assert o.hit_tokens == 48
     assert [v.invariant for v in o.violations] == ["no-partial-state"]
+
+
+def test_absurd_prompt_is_refused_in_one_line(capsys: pytest.CaptureFixture[str],
+                                             tmp_path: Path) -> None:
+    p = tmp_path / "huge.json"
+    p.write_text('{"semantics": "vllm-0.33.0", "block_size_factor": 1, '
+                 '"prompt_tokens": 1000000000000, "num_computed_tokens": 0, "groups": '
+                 '[{"kind": "full_attention", "gpu_block_size": 16, "stored": "all"}]}')
+    assert model_main(["lookup", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "prompt_tokens:" in err
