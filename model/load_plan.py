@@ -23,6 +23,10 @@ class GroupLoad:
     # offloaded Mamba block carries the state at its end (resolve_mamba_align_size
     # aligns to the offloaded block size, scheduler.py:108)
     state_position: int | None
+    # vLLM 0.33.0: the GPU side the worker copies into (GPULoadStoreSpec, scheduler.py:1475):
+    # the first pending GPU block's index and how many blocks follow it
+    gpu_block_index: int | None = None
+    gpu_blocks: int = 0
 
 
 @dataclass(frozen=True)

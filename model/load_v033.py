@@ -58,7 +58,8 @@ def _group_load(cfg: ChunkGroup, g: Group, layout: ChunkLayout, s: Scenario,
             keys.append(layout.partial_tail_key_tokens(cfg.group_idx, boundary))
         if g.kind == "mamba":
             state = boundary if boundary is not None else num_gpu_blocks * tpb
-    return GroupLoad(cfg.group_idx, tuple(keys), state), assertion
+    # scheduler.py:1465-1466: group_sizes / block_indices of the GPU spec
+    return GroupLoad(cfg.group_idx, tuple(keys), state, load_start, num_pending), assertion
 
 
 def load_plan(layout: ChunkLayout, s: Scenario, num_external_tokens: int | None,

@@ -93,6 +93,13 @@ def test_compare_refusals_and_harness_problems() -> None:
     assert not compare(ok, _real(load_error="AssertionError")).agree
 
 
+def test_compare_checks_the_gpu_side_of_a_0_33_0_load() -> None:
+    mv = ModelView(None, 16, ((0, 16),), {0: (16,)}, None, gpu=((1,), (0,)))
+    real = _real(lookups=[[0, 16]], loads=[[0, [16]]])
+    assert compare(mv, dict(real, gpu=[[1], [0]])).agree
+    assert not compare(mv, dict(real, gpu=[[1], [1]])).agree
+
+
 def test_env_recipe_names_pinned_requirements() -> None:
     for v in envs.VERSIONS:
         text = envs.requirements_file(v).read_text()

@@ -8,6 +8,7 @@ from typing import Any
 
 from model.evaluate import Outcome, evaluate
 from model.scenario import Scenario
+from model.semantics import get_semantics
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class ModelView:
     precondition: str | None = None
     seconds: float = 0.0  # the model's lookup time (start-up excluded, as for the real)
     violations: tuple[str, ...] = ()  # the invariants the model finds broken
+    # 0.33.0: the GPU spec of the load (blocks per group, first block index per group)
+    gpu: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 def model_view(s: Scenario, semantics: str) -> ModelView:
@@ -39,9 +42,13 @@ def model_view(s: Scenario, semantics: str) -> ModelView:
     loads = None
     if out.refused is None and out.hit_tokens:
         loads = {gl.group: tuple(gl.blocks) for gl in out.loads}
+    gpu = None
+    if loads is not None and get_semantics(semantics).chunked:
+        gpu = (tuple(gl.gpu_blocks for gl in out.loads),
+               tuple(gl.gpu_block_index or 0 for gl in out.loads))
     return ModelView(out.refused, out.hit_tokens, tuple(out.lookups), loads,
                      out.assertion, precondition, seconds,
-                     tuple(sorted({v.invariant for v in out.violations})))
+                     tuple(sorted({v.invariant for v in out.violations})), gpu)
 
 
 def timed_lookup(s: Scenario, semantics: str, layout: Any = None) -> float:
@@ -102,4 +109,10 @@ def compare(model: ModelView, real: dict[str, Any], *, check_lookups: bool = Tru
                       else {g: tuple(blocks) for g, blocks in real["loads"]})
         if model.loads != real_loads:
             diffs.append(f"load plan: model {model.loads} vs real {real_loads}")
+        real_gpu = real.get("gpu")
+        if model.gpu is not None and real_gpu is not None:
+            rg = (tuple(real_gpu[0]), tuple(real_gpu[1]))
+            if model.gpu != rg:
+                diffs.append(f"GPU blocks loaded (per group: count, first index): "
+                             f"model {model.gpu} vs real {rg}")
     return Verdict(not diffs, diffs)

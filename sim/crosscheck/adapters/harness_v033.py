@@ -354,6 +354,12 @@ def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: Sc
         scheduler.update_state_after_alloc(request, kvm.get_blocks(request.request_id), hit)
     except AssertionError as e:
         return {"load_error": _err(e)}
+    # the GPU side the worker copies into (GPULoadStoreSpec: blocks per group, first index)
+    jobs = list(scheduler._current_batch_load_jobs.values())
+    gpu = None
+    if len(jobs) == 1:
+        spec_ = jobs[0].dst_spec
+        gpu = [list(spec_.group_sizes), list(spec_.block_indices)]
     loads: list[list[Any]] = [[g, []] for g in range(len(case["groups"]))]
     unknown = 0
     for key in manager.loaded or []:
@@ -362,7 +368,7 @@ def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: Sc
             unknown += 1
         else:
             loads[name[0]][1].append(name[1])
-    return {"loads": loads, "unknown_load_keys": unknown}
+    return {"loads": loads, "unknown_load_keys": unknown, "gpu": gpu}
 
 
 def bench(case: dict[str, Any], n: int) -> dict[str, Any]:
