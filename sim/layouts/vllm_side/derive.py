@@ -95,7 +95,9 @@ from vllm.engine.arg_utils import EngineArgs
 
 
 def _distributed() -> None:
-    """One CPU process group (gloo): the model's parallel layers ask for TP rank 0 of 1."""
+    """One CPU process group (gloo): the model's parallel layers ask for TP rank 0 of 1.
+    The model-parallel groups are made afresh for each row, under that row's config
+    (which groups exist depends on it, e.g. the expert-parallel group for MoE models)."""
     from vllm.distributed import parallel_state as ps
 
     if ps._WORLD is None:
@@ -103,8 +105,8 @@ def _distributed() -> None:
         ps.init_distributed_environment(
             world_size=1, rank=0, local_rank=0,
             distributed_init_method=f"tcp://127.0.0.1:{port}", backend="gloo")
-    if ps._TP is None:
-        ps.initialize_model_parallel(tensor_model_parallel_size=1, backend="gloo")
+    ps.destroy_model_parallel()
+    ps.initialize_model_parallel(tensor_model_parallel_size=1, backend="gloo")
 
 
 def _meta_get_model(*, vllm_config, model_config=None, load_config=None, prefix=""):
