@@ -112,5 +112,11 @@ MODEL_DRAFTERS = {
 }
 
 # --prefix-match-unit for the rows that ask for hits inside a block: the smallest kernel
-# block of every attention backend here
+# block of every attention backend here (with every drafter), and 48, which divides some
+# models' block sizes and not others' (no drafter)
 PREFIX_MATCH_UNIT = 16
+PREFIX_MATCH_UNIT_ODD = 48
+
+# extra (model, backend, drafter, blocks_per_chunk) rows: the one layout with different
+# block sizes per group, with offloaded blocks of two GPU blocks
+EXTRA_CHUNKED = (("nemotron-h-swa", "FLASHINFER", "none", 2),)

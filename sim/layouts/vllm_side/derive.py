@@ -365,6 +365,10 @@ def all_rows() -> list[tuple]:
             for drafter in drafters:
                 rows.append((model, backends[0], drafter, None,
                              catalogue.PREFIX_MATCH_UNIT))
+            rows.append((model, backends[0], "none", None, catalogue.PREFIX_MATCH_UNIT_ODD))
+        for name, backend, drafter, bpc in catalogue.EXTRA_CHUNKED:
+            if name == model[0]:
+                rows.append((model, backend, drafter, bpc, None))
     return rows
 
 
