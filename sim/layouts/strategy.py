@@ -3,7 +3,9 @@
 Draws an accepted row of ``docs/layouts-vllm-0.33.0.json`` (``model.real_layouts``) and
 fills in what the table leaves open: the prompt length (up to three scheduler blocks of
 offloaded size plus a remainder), the GPU prefix hit (whole scheduler blocks, leaving the
-last prompt token) and, per group, the store (all blocks, or a subset with holes).
+last prompt token) and the store: what an earlier request wrote (every group's blocks
+within the first T tokens, as one engine stores them), sometimes with some of one
+group's blocks evicted (holes).
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ def real_layout_scenarios(draw: st.DrawFn, semantics: str = "vllm-0.24.0") -> Sc
     prompt += draw(st.integers(0, unit - 1))
     prompt = max(prompt, 1)
     gpu_hit_blocks = draw(st.integers(0, (prompt - 1) // scheduler_block))
-    stored: list[Any] = []
-    for g in t.groups:
-        n_blocks = max(1, -(-prompt // (g.block_size * bpc)))
-        if draw(st.booleans()):
-            stored.append("all")
-        else:
-            stored.append(sorted(draw(st.sets(st.integers(0, n_blocks - 1)))))
+    most = prompt + scheduler_block * bpc
+    stored_tokens = most - draw(st.integers(0, most))  # small draws: much stored
+    stored: list[Any] = [
+        list(range(stored_tokens // (g.block_size * bpc))) for g in t.groups]
+    if draw(st.booleans()):
+        victim = draw(st.integers(0, len(t.groups) - 1))
+        evicted = draw(st.sets(st.sampled_from(stored[victim]))) if stored[victim] else set()
+        stored[victim] = [b for b in stored[victim] if b not in evicted]
     return t.scenario(semantics=semantics, prompt_tokens=prompt,
                       num_computed_tokens=gpu_hit_blocks * scheduler_block, stored=stored)
