@@ -123,3 +123,14 @@ def test_committed_table_matches_vllm_033() -> None:
     if not env_python("0.33.0").exists():
         pytest.skip("no vLLM 0.33.0 environment (python -m sim.crosscheck.envs --vllm 0.33.0)")
     assert dumps(derive("0.33.0")) == DEFAULT_TABLE.read_text()
+
+
+def test_scenario_files_one_per_accepted_row(tmp_path: Path) -> None:
+    from model.scenario import iter_scenario_paths, load_scenario_file
+
+    assert main(["--scenarios", str(tmp_path)]) == 0
+    files = iter_scenario_paths([tmp_path])
+    assert len(files) == sum(t.accepted for t in load_templates())
+    for f in files:
+        s = load_scenario_file(f)
+        assert evaluate(s).lookup is not None or evaluate(s).refused is not None
