@@ -164,3 +164,13 @@ def test_absurd_prompt_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]
     assert model_main(["lookup", str(p)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "prompt_tokens:" in err
+
+
+def test_real_nemotron_h_swa_layout_with_one_evicted_window_chunk_breaks() -> None:
+    # docs/layouts-vllm-0.33.0.md row nemotron-h-swa/FLASHINFER/none; real 0.33.0 agrees
+    p = ROOT / ("tests/scenarios/vllm-0.33.0-breaks/"
+                "nemotron-h-swa-flashinfer-evicted-window-chunk.json")
+    o = evaluate(load_scenario_file(p))
+    assert o.hit_tokens == 1920 and o.loads[0].blocks == (2080,)
+    assert o.loads[0].state_position == 2080
+    assert [v.invariant for v in o.violations] == ["no-partial-state"]
