@@ -1,0 +1,335 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A CPU-offload hit must restore the Mamba state saved at the hit's end.
+
+Written for vLLM 0.33.0's ``tests/v1/kv_connector/unit/`` (self-contained: vLLM and
+transformers only, CPU only, no model execution).  Both tests assert the CORRECT
+behaviour, so on 0.33.0 they FAIL for the forced layout below; see
+``docs/findings/001-mamba-chunk-not-dividing-attention-chunk.md`` in offload-lookup-check.
+
+Layout (forced: vLLM's own start-up never produces it, see the finding): one
+full-attention group with block 16 and one Mamba group in ``mamba_cache_mode="align"``
+with block 32; hash block 16 (the GCD), one block per offload chunk.
+
+``test_engine_core_cpu_tier_lru`` drives the real engine-core ``Scheduler`` with the
+real ``OffloadingConnector`` and the real CPU offloading manager (LRU policy); the model
+runner output is faked, as vLLM's own scheduler tests do:
+
+1. request A (100-token prompt P) is prefilled; the CPU tier (8 chunks) then holds
+   attention chunks 0-5 and the Mamba chunks ending at tokens 64 and 96;
+2. while A is still decoding, request B (another 50-token prompt) stores 4 chunks; the
+   LRU evicts A's tail first, attention before Mamba at equal positions: attention
+   chunks 5, 4, 3 and the Mamba chunk at 96;
+3. after the GPU prefix cache is reset, request C (prompt P again) is served from the
+   CPU tier: attention chunks 0-2 give a 48-token hit, and the Mamba chunk loaded for
+   that hit is the one whose state was saved at token 64.
+
+``test_connector_lookup_stand_in_store`` is the same lookup on the real
+``OffloadingConnectorScheduler`` with a stand-in manager that answers from a set of
+keys (attention chunk 3 missing, everything else stored).
+
+Run as a script (``python THIS_FILE``) it prints both results as JSON instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from typing import Any
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from vllm import SamplingParams  # noqa: E402
+from vllm.config import (  # noqa: E402
+    CacheConfig,
+    DeviceConfig,
+    KVTransferConfig,
+    ModelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorRole  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (  # noqa: E402
+    OffloadingWorkerMetadata,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (  # noqa: E402
+    OffloadingConnector,
+)
+from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
+from vllm.v1.core.kv_cache_utils import (  # noqa: E402
+    get_request_block_hasher,
+    init_none_hash,
+    resolve_kv_cache_block_sizes,
+)
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    MambaSpec,
+)
+from vllm.v1.kv_offload import base as offload_base  # noqa: E402
+from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec  # noqa: E402
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+ATTN_BLOCK = 16
+MAMBA_BLOCK = 32
+TIER_CHUNKS = 8
+NUM_GPU_BLOCKS = 200
+PROMPT = [(5 * t + 11) % 500 + 3 for t in range(100)]
+OTHER_PROMPT = [(3 * t + 1) % 500 + 3 for t in range(50)]
+
+# A tiny Jamba config: the engine needs a real ModelConfig; no weights are loaded.
+JAMBA = dict(
+    vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+    num_attention_heads=4, num_key_value_heads=4, attn_layer_period=2,
+    attn_layer_offset=1, num_experts=1, num_experts_per_tok=1, expert_layer_period=1,
+    expert_layer_offset=0, mamba_d_state=16, mamba_d_conv=4, mamba_expand=1,
+    mamba_dt_rank=8, use_mamba_kernels=False, max_position_embeddings=1024,
+    architectures=["JambaForCausalLM"],
+)
+
+
+def _specs() -> tuple[FullAttentionSpec, MambaSpec]:
+    attn = FullAttentionSpec(
+        block_size=ATTN_BLOCK, num_kv_heads=1, head_size=16, dtype=torch.float32
+    )
+    mamba = MambaSpec(
+        block_size=MAMBA_BLOCK,
+        shapes=((8, 64),),
+        dtypes=(torch.float32,),
+        mamba_cache_mode="align",
+    )
+    assert attn.page_size_bytes == mamba.page_size_bytes  # one page size, as vLLM's
+    return attn, mamba
+
+
+def _configs() -> tuple[VllmConfig, KVCacheConfig]:
+    model_dir = tempfile.mkdtemp()
+    transformers.JambaConfig(**JAMBA).save_pretrained(model_dir)
+    attn, mamba = _specs()
+    page = attn.page_size_bytes * 2  # both groups, one block each per chunk
+    align = CPUOffloadingSpec.BLOCK_SIZE_ALIGNMENT
+    chunk_bytes = -(-page // align) * align
+    vllm_config = VllmConfig(
+        model_config=ModelConfig(
+            model=model_dir, skip_tokenizer_init=True, max_model_len=512, dtype="float32"
+        ),
+        device_config=DeviceConfig("cpu"),
+        cache_config=CacheConfig(
+            block_size=ATTN_BLOCK, enable_prefix_caching=True, mamba_cache_mode="align"
+        ),
+        scheduler_config=SchedulerConfig(
+            max_num_batched_tokens=64,
+            max_num_seqs=8,
+            max_model_len=512,
+            long_prefill_token_threshold=32,
+            is_encoder_decoder=False,
+        ),
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="OffloadingConnector",
+            kv_role="kv_both",
+            kv_connector_extra_config={"cpu_bytes_to_use": TIER_CHUNKS * chunk_bytes},
+        ),
+    )
+    vllm_config.cache_config.num_gpu_blocks = NUM_GPU_BLOCKS
+    kv_cache_config = KVCacheConfig(
+        num_blocks=NUM_GPU_BLOCKS,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(["model.layers.1.self_attn.attn"], attn),
+            KVCacheGroupSpec(["model.layers.0.mamba"], mamba),
+        ],
+    )
+    return vllm_config, kv_cache_config
+
+
+def _request(req_id: str, prompt: list[int], max_tokens: int, hash_block: int,
+             vllm_config: VllmConfig) -> Request:
+    hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
+    init_none_hash(hash_fn)
+    return Request(
+        request_id=req_id,
+        prompt_token_ids=prompt,
+        sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+        pooling_params=None,
+        block_hasher=get_request_block_hasher(hash_block, hash_fn),
+    )
+
+
+def _key_name(request: Request, key: bytes, hash_block: int) -> str:
+    """'attn3@64': group, chunk index and the token position its state/KV ends at."""
+    for group, (label, block) in enumerate((("attn", ATTN_BLOCK), ("mamba", MAMBA_BLOCK))):
+        step = block // hash_block
+        for i, h in enumerate(request.block_hashes[step - 1 :: step]):
+            if offload_base.make_offload_key(h, group) == key:
+                return f"{label}{i}@{(i + 1) * block}"
+    return "?"
+
+
+def _mamba_loads(connector_scheduler: Any, request: Request, hash_block: int
+                 ) -> list[dict[str, Any]]:
+    """The Mamba keys a load restores: the range they serve and where their state ends."""
+    status = connector_scheduler._req_status[request.request_id]
+    ctx = status.req_context
+    out = []
+    for start, end, key in status.load_key_ranges:
+        name = _key_name(request, key, hash_block)
+        if name.startswith("mamba"):
+            out.append({"serves": [start, end], "key": name,
+                        "state_at": ctx.get_offload_key_position(key)})
+    return out
+
+
+class _Engine:
+    """The real engine-core Scheduler; the worker side is faked: every store or load
+    job the connector emits is reported complete one step later."""
+
+    def __init__(self) -> None:
+        self.vllm_config, self.kv_cache_config = _configs()
+        block, self.hash_block = resolve_kv_cache_block_sizes(
+            self.kv_cache_config, self.vllm_config
+        )
+        self.scheduler = Scheduler(
+            vllm_config=self.vllm_config,
+            kv_cache_config=self.kv_cache_config,
+            structured_output_manager=StructuredOutputManager(self.vllm_config),
+            block_size=block,
+            hash_block_size=self.hash_block,
+        )
+        assert self.scheduler.connector is not None
+        self.connector = self.scheduler.connector.connector_scheduler
+        self.manager = self.connector.manager
+        self._pending: set[int] = set()
+
+    def request(self, req_id: str, prompt: list[int], max_tokens: int) -> Request:
+        req = _request(req_id, prompt, max_tokens, self.hash_block, self.vllm_config)
+        self.scheduler.add_request(req)
+        return req
+
+    def step(self) -> Any:
+        out = self.scheduler.schedule()
+        done = dict.fromkeys(self._pending, 1)
+        self._pending = set()
+        meta = out.kv_connector_metadata
+        if meta is not None:
+            self._pending.update(meta.store_jobs)
+            self._pending.update(meta.load_jobs)
+        ids = list(out.num_scheduled_tokens)
+        sampled = []
+        for req_id in ids:
+            req = self.scheduler.requests[req_id]
+            # schedule() has advanced num_computed_tokens: a finished prefill samples
+            sampled.append([7] if req.num_computed_tokens >= req.num_tokens else [])
+        self.scheduler.update_from_output(out, ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={r: i for i, r in enumerate(ids)},
+            sampled_token_ids=sampled,
+            kv_connector_output=KVConnectorOutput(
+                kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs=done)
+            ),
+        ))
+        return out
+
+    def tier(self, request: Request) -> list[str]:
+        names = (_key_name(request, k, self.hash_block) for k in self.manager._policy.chunks)
+        return sorted(n for n in names if n != "?")
+
+
+def run_engine_core() -> dict[str, Any]:
+    eng = _Engine()
+    a = eng.request("A", PROMPT, max_tokens=12)
+    for _ in range(5):  # prefill (64 + 32 + 4 tokens) and two decode steps
+        eng.step()
+    tier_after_a = eng.tier(a)
+    eng.request("B", OTHER_PROMPT, max_tokens=1)
+    for _ in range(4):  # A keeps decoding while B's chunks are stored
+        eng.step()
+    tier_after_b = eng.tier(a)
+    while eng.scheduler.requests:
+        eng.step()
+    assert eng.scheduler.reset_prefix_cache()  # GPU prefix cache only; CPU tier kept
+    c = eng.request("C", PROMPT, max_tokens=1)
+    eng.step()
+    return {
+        "tier_after_A": tier_after_a,
+        "tier_after_B_holds_of_A": tier_after_b,
+        "hit": c.num_computed_tokens,
+        "mamba_loads": _mamba_loads(eng.connector, c, eng.hash_block),
+    }
+
+
+class _StandInManager(offload_base.OffloadingManager):
+    """Answers lookups from a set of stored keys; records what a load asks for."""
+
+    def __init__(self, stored: set[bytes]) -> None:
+        self.stored = stored
+
+    def lookup(self, key, req_context):  # type: ignore[no-untyped-def]
+        return (offload_base.LookupResult.HIT if key in self.stored
+                else offload_base.LookupResult.MISS)
+
+    def prepare_load(self, keys, req_context):  # type: ignore[no-untyped-def]
+        return None
+
+    def prepare_store(self, keys, req_context):  # type: ignore[no-untyped-def]
+        return None
+
+    def on_new_request(self, req_context):  # type: ignore[no-untyped-def]
+        return offload_base.RequestOffloadingContext()
+
+
+def run_connector_lookup() -> dict[str, Any]:
+    vllm_config, kv_cache_config = _configs()
+    block, hash_block = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+    connector = OffloadingConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    sched = connector.connector_scheduler
+    req = _request("C", PROMPT, 1, hash_block, vllm_config)
+    stored = set()
+    for group, size in ((0, ATTN_BLOCK), (1, MAMBA_BLOCK)):
+        step = size // hash_block
+        for i, h in enumerate(req.block_hashes[step - 1 :: step]):
+            if (group, i) != (0, 3):  # attention chunk 3 (tokens 48-63) evicted
+                stored.add(offload_base.make_offload_key(h, group))
+    sched.manager = _StandInManager(stored)
+    sched.on_new_request(req)
+    hit, _ = sched.get_num_new_matched_tokens(req, 0)
+    assert hit is not None
+    kv_manager = KVCacheManager(
+        kv_cache_config, max_model_len=512, scheduler_block_size=block,
+        hash_block_size=hash_block, enable_caching=True,
+    )
+    assert kv_manager.allocate_slots(
+        req, 0, num_external_computed_tokens=hit, delay_cache_blocks=True
+    ) is not None
+    sched.update_state_after_alloc(req, kv_manager.get_blocks(req.request_id), hit)
+    return {"hit": hit, "mamba_loads": _mamba_loads(sched, req, hash_block)}
+
+
+def _assert_state_at_hit_end(result: dict[str, Any]) -> None:
+    assert result["mamba_loads"], result
+    for load in result["mamba_loads"]:
+        assert load["state_at"] == load["serves"][1], (
+            f"a {result['hit']}-token hit restores the Mamba state saved at token "
+            f"{load['state_at']} ({load['key']}): {result}"
+        )
+
+
+def test_engine_core_cpu_tier_lru() -> None:
+    _assert_state_at_hit_end(run_engine_core())
+
+
+def test_connector_lookup_stand_in_store() -> None:
+    _assert_state_at_hit_end(run_connector_lookup())
+
+
+if __name__ == "__main__":
+    json.dump({"engine_core": run_engine_core(), "connector": run_connector_lookup()},
+              sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")
