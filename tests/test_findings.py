@@ -54,3 +54,33 @@ def test_finding_001_mamba_state_past_hit_end_on_real_033_scheduler() -> None:
                                                   "mamba1@64"]
     assert engine["hit"] == 48
     assert wrong_states(engine) == [(48, 64)]
+
+
+SEARCH = ROOT / "sim" / "crosscheck" / "adapters" / "state_search_v033.py"
+
+
+def search_033(family: str, cases: int, seed: int) -> dict[str, Any]:
+    python = env_python("0.33.0")
+    assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
+    proc = subprocess.run([str(python), str(SEARCH), "--family", family, "--cases", str(cases),
+                           "--seed", str(seed)], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def test_reachable_layouts_restore_the_state_at_the_hit_end_on_real_033() -> None:
+    # scope: Mamba (align) block = cache_config.block_size, attention blocks 1x or 2x
+    # that, optional SWA / EAGLE groups, blocks_per_chunk 1-3, prefix_match_unit (partial
+    # tails), max_load_tokens, max_num_new_tokens, GPU prefix hits; random stores
+    result = search_033("reachable", 2000, 1)
+    assert result["violations"] == 0, result["examples"]
+    assert result["cases"] == 2000 and result["hits"] > 500 and result["partial_tail_hits"] > 0
+
+
+def test_search_finds_the_forced_layout_violation_on_real_033() -> None:
+    # the same checker finds finding 001 once the Mamba block is twice the attention block
+    result = search_033("forced", 400, 1)
+    assert result["violations"] > 0
+    assert all("no-partial-state" in ex for ex in result["examples"])
