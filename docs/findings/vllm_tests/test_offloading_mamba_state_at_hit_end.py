@@ -36,7 +36,7 @@ import json
 import os
 import sys
 import tempfile
-from typing import Any
+from typing import Any, NamedTuple
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
@@ -71,6 +71,7 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     KVCacheConfig,
     KVCacheGroupSpec,
     MambaSpec,
+    SlidingWindowSpec,
 )
 from vllm.v1.kv_offload import base as offload_base  # noqa: E402
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec  # noqa: E402
@@ -78,12 +79,32 @@ from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
-ATTN_BLOCK = 16
-MAMBA_BLOCK = 32
-TIER_CHUNKS = 8
-NUM_GPU_BLOCKS = 200
+
+class Layout(NamedTuple):
+    """One attention group and one Mamba (align) group; one block per offload chunk."""
+
+    attn_kind: str  # "full" or "sliding"
+    attn_block: int
+    mamba_block: int
+    sliding_window: int | None
+    tier_chunks: int
+    max_num_batched_tokens: int
+    long_prefill_token_threshold: int
+
+
+# Forced: vLLM's start-up never gives a full-attention group a block that the Mamba
+# block does not divide (see the finding).
+FORCED_FULL = Layout("full", 16, 32, None, 8, 64, 32)
+# What a Mamba2 hybrid whose attention layers use a sliding window gets when the
+# attention backend advertises fixed kernel block sizes (FlashInfer: 16, 32, 64):
+# Attention.get_kv_cache_spec picks the largest of them within the Mamba-aligned
+# block for the sliding-window layers, and page unification pads their page.
+SLIDING = Layout("sliding", 32, 48, 64, 64, 512, 0)
+
 PROMPT = [(5 * t + 11) % 500 + 3 for t in range(100)]
 OTHER_PROMPT = [(3 * t + 1) % 500 + 3 for t in range(50)]
+SLIDING_PROMPT = [(7 * t + 5) % 500 + 3 for t in range(150)]
+BYTES_PER_TOKEN = 128  # 2 (K, V) * 1 head * 16 dims * 4 bytes
 
 # A tiny Jamba config: the engine needs a real ModelConfig; no weights are loaded.
 JAMBA = dict(
@@ -94,26 +115,34 @@ JAMBA = dict(
     mamba_dt_rank=8, use_mamba_kernels=False, max_position_embeddings=1024,
     architectures=["JambaForCausalLM"],
 )
+NUM_GPU_BLOCKS = 200
 
 
-def _specs() -> tuple[FullAttentionSpec, MambaSpec]:
-    attn = FullAttentionSpec(
-        block_size=ATTN_BLOCK, num_kv_heads=1, head_size=16, dtype=torch.float32
-    )
+def _specs(layout: Layout) -> tuple[Any, MambaSpec]:
+    # one page size for every group, as vLLM's page-size unification leaves it
+    page = max(layout.attn_block, layout.mamba_block) * BYTES_PER_TOKEN
+    padded = page if layout.attn_block * BYTES_PER_TOKEN != page else None
+    common = dict(block_size=layout.attn_block, num_kv_heads=1, head_size=16,
+                  dtype=torch.float32, page_size_padded=padded)
+    attn: Any
+    if layout.attn_kind == "sliding":
+        attn = SlidingWindowSpec(**common, sliding_window=layout.sliding_window)
+    else:
+        attn = FullAttentionSpec(**common)
     mamba = MambaSpec(
-        block_size=MAMBA_BLOCK,
-        shapes=((8, 64),),
+        block_size=layout.mamba_block,
+        shapes=((8, page // 32),),
         dtypes=(torch.float32,),
         mamba_cache_mode="align",
     )
-    assert attn.page_size_bytes == mamba.page_size_bytes  # one page size, as vLLM's
+    assert attn.page_size_bytes == mamba.page_size_bytes == page
     return attn, mamba
 
 
-def _configs() -> tuple[VllmConfig, KVCacheConfig]:
+def _configs(layout: Layout) -> tuple[VllmConfig, KVCacheConfig]:
     model_dir = tempfile.mkdtemp()
     transformers.JambaConfig(**JAMBA).save_pretrained(model_dir)
-    attn, mamba = _specs()
+    attn, mamba = _specs(layout)
     page = attn.page_size_bytes * 2  # both groups, one block each per chunk
     align = CPUOffloadingSpec.BLOCK_SIZE_ALIGNMENT
     chunk_bytes = -(-page // align) * align
@@ -123,19 +152,25 @@ def _configs() -> tuple[VllmConfig, KVCacheConfig]:
         ),
         device_config=DeviceConfig("cpu"),
         cache_config=CacheConfig(
-            block_size=ATTN_BLOCK, enable_prefix_caching=True, mamba_cache_mode="align"
+            # the block the platform chose; a sliding-window layer picks its own below it
+            block_size=(layout.mamba_block if layout.attn_kind == "sliding"
+                        else layout.attn_block),
+            enable_prefix_caching=True,
+            mamba_cache_mode="align",
         ),
         scheduler_config=SchedulerConfig(
-            max_num_batched_tokens=64,
+            max_num_batched_tokens=layout.max_num_batched_tokens,
             max_num_seqs=8,
             max_model_len=512,
-            long_prefill_token_threshold=32,
+            long_prefill_token_threshold=layout.long_prefill_token_threshold,
             is_encoder_decoder=False,
         ),
         kv_transfer_config=KVTransferConfig(
             kv_connector="OffloadingConnector",
             kv_role="kv_both",
-            kv_connector_extra_config={"cpu_bytes_to_use": TIER_CHUNKS * chunk_bytes},
+            kv_connector_extra_config={
+                "cpu_bytes_to_use": layout.tier_chunks * chunk_bytes
+            },
         ),
     )
     vllm_config.cache_config.num_gpu_blocks = NUM_GPU_BLOCKS
@@ -163,9 +198,10 @@ def _request(req_id: str, prompt: list[int], max_tokens: int, hash_block: int,
     )
 
 
-def _key_name(request: Request, key: bytes, hash_block: int) -> str:
+def _key_name(request: Request, key: bytes, hash_block: int, layout: Layout) -> str:
     """'attn3@64': group, chunk index and the token position its state/KV ends at."""
-    for group, (label, block) in enumerate((("attn", ATTN_BLOCK), ("mamba", MAMBA_BLOCK))):
+    blocks = (("attn", layout.attn_block), ("mamba", layout.mamba_block))
+    for group, (label, block) in enumerate(blocks):
         step = block // hash_block
         for i, h in enumerate(request.block_hashes[step - 1 :: step]):
             if offload_base.make_offload_key(h, group) == key:
@@ -173,14 +209,14 @@ def _key_name(request: Request, key: bytes, hash_block: int) -> str:
     return "?"
 
 
-def _mamba_loads(connector_scheduler: Any, request: Request, hash_block: int
-                 ) -> list[dict[str, Any]]:
+def _mamba_loads(connector_scheduler: Any, request: Request, hash_block: int,
+                 layout: Layout) -> list[dict[str, Any]]:
     """The Mamba keys a load restores: the range they serve and where their state ends."""
     status = connector_scheduler._req_status[request.request_id]
     ctx = status.req_context
     out = []
     for start, end, key in status.load_key_ranges:
-        name = _key_name(request, key, hash_block)
+        name = _key_name(request, key, hash_block, layout)
         if name.startswith("mamba"):
             out.append({"serves": [start, end], "key": name,
                         "state_at": ctx.get_offload_key_position(key)})
@@ -191,8 +227,9 @@ class _Engine:
     """The real engine-core Scheduler; the worker side is faked: every store or load
     job the connector emits is reported complete one step later."""
 
-    def __init__(self) -> None:
-        self.vllm_config, self.kv_cache_config = _configs()
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.vllm_config, self.kv_cache_config = _configs(layout)
         block, self.hash_block = resolve_kv_cache_block_sizes(
             self.kv_cache_config, self.vllm_config
         )
@@ -238,12 +275,14 @@ class _Engine:
         return out
 
     def tier(self, request: Request) -> list[str]:
-        names = (_key_name(request, k, self.hash_block) for k in self.manager._policy.chunks)
+        names = (_key_name(request, k, self.hash_block, self.layout)
+                 for k in self.manager._policy.chunks)
         return sorted(n for n in names if n != "?")
 
 
 def run_engine_core() -> dict[str, Any]:
-    eng = _Engine()
+    """FORCED_FULL: a 48-token hit after the LRU evicted attention chunk 3."""
+    eng = _Engine(FORCED_FULL)
     a = eng.request("A", PROMPT, max_tokens=12)
     for _ in range(5):  # prefill (64 + 32 + 4 tokens) and two decode steps
         eng.step()
@@ -261,7 +300,25 @@ def run_engine_core() -> dict[str, Any]:
         "tier_after_A": tier_after_a,
         "tier_after_B_holds_of_A": tier_after_b,
         "hit": c.num_computed_tokens,
-        "mamba_loads": _mamba_loads(eng.connector, c, eng.hash_block),
+        "mamba_loads": _mamba_loads(eng.connector, c, eng.hash_block, eng.layout),
+    }
+
+
+def run_engine_core_sliding() -> dict[str, Any]:
+    """SLIDING: the same 150-token prompt twice, nothing evicted; the second request is
+    served from the CPU tier after the GPU prefix cache is reset."""
+    eng = _Engine(SLIDING)
+    a = eng.request("A", SLIDING_PROMPT, max_tokens=2)
+    while eng.scheduler.requests:
+        eng.step()
+    tier = eng.tier(a)
+    assert eng.scheduler.reset_prefix_cache()
+    c = eng.request("C", SLIDING_PROMPT, max_tokens=1)
+    eng.step()
+    return {
+        "tier_after_A": tier,
+        "hit": c.num_computed_tokens,
+        "mamba_loads": _mamba_loads(eng.connector, c, eng.hash_block, eng.layout),
     }
 
 
@@ -286,13 +343,14 @@ class _StandInManager(offload_base.OffloadingManager):
 
 
 def run_connector_lookup() -> dict[str, Any]:
-    vllm_config, kv_cache_config = _configs()
+    layout = FORCED_FULL
+    vllm_config, kv_cache_config = _configs(layout)
     block, hash_block = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
     connector = OffloadingConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
     sched = connector.connector_scheduler
     req = _request("C", PROMPT, 1, hash_block, vllm_config)
     stored = set()
-    for group, size in ((0, ATTN_BLOCK), (1, MAMBA_BLOCK)):
+    for group, size in ((0, layout.attn_block), (1, layout.mamba_block)):
         step = size // hash_block
         for i, h in enumerate(req.block_hashes[step - 1 :: step]):
             if (group, i) != (0, 3):  # attention chunk 3 (tokens 48-63) evicted
@@ -309,7 +367,7 @@ def run_connector_lookup() -> dict[str, Any]:
         req, 0, num_external_computed_tokens=hit, delay_cache_blocks=True
     ) is not None
     sched.update_state_after_alloc(req, kv_manager.get_blocks(req.request_id), hit)
-    return {"hit": hit, "mamba_loads": _mamba_loads(sched, req, hash_block)}
+    return {"hit": hit, "mamba_loads": _mamba_loads(sched, req, hash_block, layout)}
 
 
 def _assert_state_at_hit_end(result: dict[str, Any]) -> None:
@@ -329,7 +387,12 @@ def test_connector_lookup_stand_in_store() -> None:
     _assert_state_at_hit_end(run_connector_lookup())
 
 
+def test_engine_core_sliding_window_block_below_mamba_block() -> None:
+    _assert_state_at_hit_end(run_engine_core_sliding())
+
+
 if __name__ == "__main__":
-    json.dump({"engine_core": run_engine_core(), "connector": run_connector_lookup()},
+    json.dump({"engine_core": run_engine_core(), "connector": run_connector_lookup(),
+               "engine_core_sliding": run_engine_core_sliding()},
               sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")
