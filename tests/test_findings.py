@@ -39,7 +39,7 @@ def wrong_states(result: dict[str, Any]) -> list[tuple[int, int]]:
             if load["state_at"] != load["serves"][1]]
 
 
-def test_finding_001_mamba_state_past_hit_end_on_real_033_scheduler() -> None:
+def test_finding_001_reproductions_show_the_bug_on_real_033_scheduler() -> None:
     result = run_in_033(REPRO)
     connector, engine = result["connector"], result["engine_core"]
     # the OffloadingConnectorScheduler with a store missing attention chunk 3
@@ -54,6 +54,14 @@ def test_finding_001_mamba_state_past_hit_end_on_real_033_scheduler() -> None:
                                                   "mamba1@64"]
     assert engine["hit"] == 48
     assert wrong_states(engine) == [(48, 64)]
+    # the sliding-window route: attention block 32 (FlashInfer's largest kernel block
+    # within the Mamba-aligned block 48), window 64; one LRU eviction of A's tail
+    sliding = result["engine_core_sliding"]
+    assert sliding["tier_after_A"] == ["attn0@32", "attn1@64", "attn2@96", "attn3@128",
+                                       "attn4@160", "attn5@192", "mamba3@192"]
+    assert sliding["tier_after_B_holds_of_A"] == sliding["tier_after_A"][:5] + ["mamba3@192"]
+    assert sliding["hit"] == 160
+    assert wrong_states(sliding) == [(160, 192)]
 
 
 SEARCH = ROOT / "sim" / "crosscheck" / "adapters" / "state_search_v033.py"

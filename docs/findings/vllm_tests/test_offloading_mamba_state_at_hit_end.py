@@ -99,11 +99,12 @@ FORCED_FULL = Layout("full", 16, 32, None, 8, 64, 32)
 # attention backend advertises fixed kernel block sizes (FlashInfer: 16, 32, 64):
 # Attention.get_kv_cache_spec picks the largest of them within the Mamba-aligned
 # block for the sliding-window layers, and page unification pads their page.
-SLIDING = Layout("sliding", 32, 48, 64, 64, 512, 0)
+SLIDING = Layout("sliding", 32, 48, 64, 7, 512, 0)
 
 PROMPT = [(5 * t + 11) % 500 + 3 for t in range(100)]
 OTHER_PROMPT = [(3 * t + 1) % 500 + 3 for t in range(50)]
-SLIDING_PROMPT = [(7 * t + 5) % 500 + 3 for t in range(150)]
+SLIDING_PROMPT = [(7 * t + 5) % 500 + 3 for t in range(200)]
+SLIDING_OTHER_PROMPT = [(11 * t + 2) % 500 + 3 for t in range(40)]
 BYTES_PER_TOKEN = 128  # 2 (K, V) * 1 head * 16 dims * 4 bytes
 
 # A tiny Jamba config: the engine needs a real ModelConfig; no weights are loaded.
@@ -244,6 +245,16 @@ class _Engine:
         self.connector = self.scheduler.connector.connector_scheduler
         self.manager = self.connector.manager
         self._pending: set[int] = set()
+        # the connector's answers, recorded on the way through (behaviour unchanged)
+        self.hits: dict[str, int | None] = {}
+        lookup = self.connector.get_num_new_matched_tokens
+
+        def recorded(request: Request, *args: Any, **kwargs: Any) -> Any:
+            hit, load_async = lookup(request, *args, **kwargs)
+            self.hits[request.request_id] = hit
+            return hit, load_async
+
+        self.connector.get_num_new_matched_tokens = recorded
 
     def request(self, req_id: str, prompt: list[int], max_tokens: int) -> Request:
         req = _request(req_id, prompt, max_tokens, self.hash_block, self.vllm_config)
@@ -299,25 +310,34 @@ def run_engine_core() -> dict[str, Any]:
     return {
         "tier_after_A": tier_after_a,
         "tier_after_B_holds_of_A": tier_after_b,
-        "hit": c.num_computed_tokens,
+        "hit": eng.hits["C"],
         "mamba_loads": _mamba_loads(eng.connector, c, eng.hash_block, eng.layout),
     }
 
 
 def run_engine_core_sliding() -> dict[str, Any]:
-    """SLIDING: the same 150-token prompt twice, nothing evicted; the second request is
-    served from the CPU tier after the GPU prefix cache is reset."""
+    """SLIDING: request A (200 tokens) fills the 7-chunk CPU tier; while A decodes,
+    request B (40 tokens) stores one chunk and the LRU evicts A's tail chunk of the
+    sliding-window group (ending at token 192; it precedes the Mamba chunk ending there);
+    then A's prompt again, from the CPU tier."""
     eng = _Engine(SLIDING)
-    a = eng.request("A", SLIDING_PROMPT, max_tokens=2)
+    a = eng.request("A", SLIDING_PROMPT, max_tokens=10)
+    for _ in range(3):  # prefill (192 + 8 tokens) and one decode step
+        eng.step()
+    tier_after_a = eng.tier(a)
+    eng.request("B", SLIDING_OTHER_PROMPT, max_tokens=1)
+    for _ in range(3):
+        eng.step()
+    tier_after_b = eng.tier(a)
     while eng.scheduler.requests:
         eng.step()
-    tier = eng.tier(a)
     assert eng.scheduler.reset_prefix_cache()
     c = eng.request("C", SLIDING_PROMPT, max_tokens=1)
     eng.step()
     return {
-        "tier_after_A": tier,
-        "hit": c.num_computed_tokens,
+        "tier_after_A": tier_after_a,
+        "tier_after_B_holds_of_A": tier_after_b,
+        "hit": eng.hits["C"],
         "mamba_loads": _mamba_loads(eng.connector, c, eng.hash_block, eng.layout),
     }
 
