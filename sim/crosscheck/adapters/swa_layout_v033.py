@@ -35,7 +35,6 @@ os.dup2(2, 1)
 sys.stdout = sys.stderr
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-import torch
 import transformers
 from vllm.config import (
     CacheConfig,
