@@ -54,8 +54,9 @@ def test_finding_001_reproductions_show_the_bug_on_real_033_scheduler() -> None:
                                                   "mamba1@64"]
     assert engine["hit"] == 48
     assert wrong_states(engine) == [(48, 64)]
-    # the sliding-window route: attention block 32 (FlashInfer's largest kernel block
-    # within the Mamba-aligned block 48), window 64; one LRU eviction of A's tail
+    # the sliding-window route (the layout vLLM makes for a Mamba2 hybrid with
+    # sliding-window attention on FlashInfer: Mamba group first, block 48; window
+    # group block 32): after A ends, one LRU eviction of A's window chunk ending at 192
     sliding = result["engine_core_sliding"]
     assert sliding["tier_after_A"] == ["attn0@32", "attn1@64", "attn2@96", "attn3@128",
                                        "attn4@160", "attn5@192", "mamba3@192"]

@@ -90,6 +90,11 @@ class Layout(NamedTuple):
     tier_chunks: int
     max_num_batched_tokens: int
     long_prefill_token_threshold: int
+    mamba_first: bool = False  # group order; vLLM put the Mamba group first on the H200
+
+    def labelled_blocks(self) -> tuple[tuple[str, int], ...]:
+        attn, mamba = ("attn", self.attn_block), ("mamba", self.mamba_block)
+        return (mamba, attn) if self.mamba_first else (attn, mamba)
 
 
 # Forced: vLLM's start-up never gives a full-attention group a block that the Mamba
@@ -99,7 +104,7 @@ FORCED_FULL = Layout("full", 16, 32, None, 8, 64, 32)
 # attention backend advertises fixed kernel block sizes (FlashInfer: 16, 32, 64):
 # Attention.get_kv_cache_spec picks the largest of them within the Mamba-aligned
 # block for the sliding-window layers, and page unification pads their page.
-SLIDING = Layout("sliding", 32, 48, 64, 7, 512, 0)
+SLIDING = Layout("sliding", 32, 48, 64, 7, 512, 0, mamba_first=True)
 
 PROMPT = [(5 * t + 11) % 500 + 3 for t in range(100)]
 OTHER_PROMPT = [(3 * t + 1) % 500 + 3 for t in range(50)]
@@ -179,9 +184,9 @@ def _configs(layout: Layout) -> tuple[VllmConfig, KVCacheConfig]:
         num_blocks=NUM_GPU_BLOCKS,
         kv_cache_tensors=[],
         kv_cache_groups=[
-            KVCacheGroupSpec(["model.layers.1.self_attn.attn"], attn),
             KVCacheGroupSpec(["model.layers.0.mamba"], mamba),
-        ],
+            KVCacheGroupSpec(["model.layers.1.self_attn.attn"], attn),
+        ][:: 1 if layout.mamba_first else -1],
     )
     return vllm_config, kv_cache_config
 
@@ -201,8 +206,7 @@ def _request(req_id: str, prompt: list[int], max_tokens: int, hash_block: int,
 
 def _key_name(request: Request, key: bytes, hash_block: int, layout: Layout) -> str:
     """'attn3@64': group, chunk index and the token position its state/KV ends at."""
-    blocks = (("attn", layout.attn_block), ("mamba", layout.mamba_block))
-    for group, (label, block) in enumerate(blocks):
+    for group, (label, block) in enumerate(layout.labelled_blocks()):
         step = block // hash_block
         for i, h in enumerate(request.block_hashes[step - 1 :: step]):
             if offload_base.make_offload_key(h, group) == key:
@@ -316,21 +320,23 @@ def run_engine_core() -> dict[str, Any]:
 
 
 def run_engine_core_sliding() -> dict[str, Any]:
-    """SLIDING: request A (200 tokens) fills the 7-chunk CPU tier; while A decodes,
-    request B (40 tokens) stores one chunk and the LRU evicts A's tail chunk of the
-    sliding-window group (ending at token 192; it precedes the Mamba chunk ending there);
-    then A's prompt again, from the CPU tier."""
+    """SLIDING (group order as vLLM made it on the H200: Mamba first): request A (200
+    tokens) fills the 7-chunk CPU tier and finishes; the LRU then ranks A's keys tail
+    first, at equal positions the sliding-window chunk before the Mamba chunk; request B
+    (40 tokens) stores one chunk, which evicts A's sliding-window chunk ending at token
+    192 and keeps the Mamba chunk ending there; then A's prompt again, from the tier."""
     eng = _Engine(SLIDING)
     a = eng.request("A", SLIDING_PROMPT, max_tokens=10)
-    for _ in range(3):  # prefill (192 + 8 tokens) and one decode step
-        eng.step()
-    tier_after_a = eng.tier(a)
-    eng.request("B", SLIDING_OTHER_PROMPT, max_tokens=1)
-    for _ in range(3):
-        eng.step()
-    tier_after_b = eng.tier(a)
     while eng.scheduler.requests:
         eng.step()
+    # the next step (other traffic, here none) signals A's end to the manager
+    # (OffloadingConnectorScheduler.build_connector_meta), which re-ranks A's keys
+    eng.step()
+    tier_after_a = eng.tier(a)
+    eng.request("B", SLIDING_OTHER_PROMPT, max_tokens=1)
+    while eng.scheduler.requests:
+        eng.step()
+    tier_after_b = eng.tier(a)
     assert eng.scheduler.reset_prefix_cache()
     c = eng.request("C", SLIDING_PROMPT, max_tokens=1)
     eng.step()
@@ -370,10 +376,10 @@ def run_connector_lookup() -> dict[str, Any]:
     sched = connector.connector_scheduler
     req = _request("C", PROMPT, 1, hash_block, vllm_config)
     stored = set()
-    for group, size in ((0, layout.attn_block), (1, layout.mamba_block)):
+    for group, (label, size) in enumerate(layout.labelled_blocks()):
         step = size // hash_block
         for i, h in enumerate(req.block_hashes[step - 1 :: step]):
-            if (group, i) != (0, 3):  # attention chunk 3 (tokens 48-63) evicted
+            if (label, i) != ("attn", 3):  # attention chunk 3 (tokens 48-63) evicted
                 stored.add(offload_base.make_offload_key(h, group))
     sched.manager = _StandInManager(stored)
     sched.on_new_request(req)
