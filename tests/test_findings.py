@@ -93,3 +93,24 @@ def test_search_finds_the_forced_layout_violation_on_real_033() -> None:
     result = search_033("forced", 400, 1)
     assert result["violations"] > 0
     assert all("no-partial-state" in ex for ex in result["examples"])
+
+
+FIX = ROOT / "sim" / "crosscheck" / "adapters" / "fix_check_v033.py"
+
+
+def test_proposed_fix_restores_the_state_at_the_hit_end_on_real_033() -> None:
+    # docs/findings/001-fix.diff applied to the real 0.33.0 method in the 0.33.0 env
+    python = env_python("0.33.0")
+    assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
+    proc = subprocess.run([str(python), str(FIX), "--check", "--cases", "300"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout)
+    for name in ("connector", "engine_core", "engine_core_sliding"):
+        assert wrong_states(result[name]) == [], result[name]
+    assert result["connector"]["hit"] == 32  # the Mamba chunk ending at 32 is stored
+    for name in ("search_forced", "search_reachable"):
+        assert result[name]["violations"] == 0 and result[name]["hits"] > 50, result[name]
+    assert (ROOT / "docs" / "findings" / "001-fix.diff").read_text() == subprocess.run(
+        [str(python), str(FIX), "--diff"], capture_output=True, text=True, timeout=300,
+        cwd=ROOT).stdout
