@@ -4,7 +4,7 @@
 Written for vLLM 0.33.0's ``tests/v1/kv_connector/unit/`` (self-contained: vLLM and
 transformers only, CPU only, no model execution).  Both tests assert the CORRECT
 behaviour, so on 0.33.0 they FAIL for the forced layout below; see
-``docs/findings/001-mamba-chunk-not-dividing-attention-chunk.md`` in offload-lookup-check.
+``docs/findings/001-mamba-state-past-hit-end.md`` in offload-lookup-check.
 
 Layout (forced: vLLM's own start-up never produces it, see the finding): one
 full-attention group with block 16 and one Mamba group in ``mamba_cache_mode="align"``
