@@ -2,32 +2,37 @@
 """A CPU-offload hit must restore the Mamba state saved at the hit's end.
 
 Written for vLLM 0.33.0's ``tests/v1/kv_connector/unit/`` (self-contained: vLLM and
-transformers only, CPU only, no model execution).  Both tests assert the CORRECT
-behaviour, so on 0.33.0 they FAIL for the forced layout below; see
+transformers only, CPU only, no model execution).  The tests assert the CORRECT
+behaviour, so on 0.33.0 they FAIL; see
 ``docs/findings/001-mamba-state-past-hit-end.md`` in offload-lookup-check.
 
-Layout (forced: vLLM's own start-up never produces it, see the finding): one
-full-attention group with block 16 and one Mamba group in ``mamba_cache_mode="align"``
-with block 32; hash block 16 (the GCD), one block per offload chunk.
+Layouts (one attention group and one Mamba group in ``mamba_cache_mode="align"``,
+hash block 16, one block per offload chunk):
 
-``test_engine_core_cpu_tier_lru`` drives the real engine-core ``Scheduler`` with the
-real ``OffloadingConnector`` and the real CPU offloading manager (LRU policy); the model
-runner output is faked, as vLLM's own scheduler tests do:
+- ``SLIDING``: Mamba block 48 (group 0) and a sliding-window group with window 64 and
+  block 32 (group 1): what vLLM 0.33.0's start-up makes of a tiny NemotronH whose
+  attention layers use a sliding window when the backend declares FlashInfer's kernel
+  block sizes (16, 32, 64);
+- ``FORCED_FULL``: full attention block 16, Mamba block 32; no start-up produces it.
 
-1. request A (100-token prompt P) is prefilled; the CPU tier (8 chunks) then holds
-   attention chunks 0-5 and the Mamba chunks ending at tokens 64 and 96;
-2. while A is still decoding, request B (another 50-token prompt) stores 4 chunks; the
-   LRU evicts A's tail first, attention before Mamba at equal positions: attention
-   chunks 5, 4, 3 and the Mamba chunk at 96;
-3. after the GPU prefix cache is reset, request C (prompt P again) is served from the
-   CPU tier: attention chunks 0-2 give a 48-token hit, and the Mamba chunk loaded for
-   that hit is the one whose state was saved at token 64.
+``test_engine_core_sliding_window_block_below_mamba_block`` drives the real engine-core
+``Scheduler`` with the real ``OffloadingConnector`` and the real CPU offloading manager
+(LRU policy, 7 chunks); the model runner output is faked, as vLLM's own scheduler tests
+do: request A (200 tokens) fills the tier and ends; request B (40 tokens) stores one
+chunk, and the LRU evicts A's sliding-window chunk ending at token 192 but keeps the
+Mamba chunk ending there; A's prompt again, after the GPU prefix cache is reset, gets a
+160-token hit that restores the Mamba state saved at token 192.
 
-``test_connector_lookup_stand_in_store`` is the same lookup on the real
-``OffloadingConnectorScheduler`` with a stand-in manager that answers from a set of
-keys (attention chunk 3 missing, everything else stored).
+``test_engine_core_cpu_tier_lru`` (FORCED_FULL, 8-chunk tier): request A (100 tokens)
+fills the tier; while A decodes, request B (50 tokens) stores 4 chunks and the LRU evicts
+A's tail (attention chunks ending at 96, 80, 64 and the Mamba chunk ending at 96); A's
+prompt again gets a 48-token hit that restores the Mamba state saved at token 64.
 
-Run as a script (``python THIS_FILE``) it prints both results as JSON instead.
+``test_connector_lookup_stand_in_store`` is that lookup on the real
+``OffloadingConnectorScheduler`` with a stand-in manager that answers from a set of keys
+(attention chunk 3 missing, everything else stored).
+
+Run as a script (``python THIS_FILE``) it prints the three results as JSON instead.
 """
 
 from __future__ import annotations
