@@ -111,6 +111,11 @@ def test_proposed_fix_restores_the_state_at_the_hit_end_on_real_033() -> None:
     assert result["connector"]["hit"] == 32  # the Mamba chunk ending at 32 is stored
     for name in ("search_forced", "search_reachable"):
         assert result[name]["violations"] == 0 and result[name]["hits"] > 50, result[name]
+    # the same cases on the unfixed method: the forced family breaks, and where every
+    # chunk is a multiple of the Mamba chunk the fix loses no hit token
+    assert result["unfixed_search_forced"]["violations"] > 0
+    assert (result["unfixed_search_reachable"]["hit_tokens"]
+            == result["search_reachable"]["hit_tokens"])
     assert (ROOT / "docs" / "findings" / "001-fix.diff").read_text() == subprocess.run(
         [str(python), str(FIX), "--diff"], capture_output=True, text=True, timeout=300,
         cwd=ROOT).stdout

@@ -101,11 +101,13 @@ def search(search_mod: Any, family: str, cases: int, seed: int) -> dict[str, Any
     rng = random.Random(seed)
     model_dir = tempfile.mkdtemp()
     transformers.JambaConfig(**search_mod.JAMBA).save_pretrained(model_dir)
-    out = {"family": family, "cases": 0, "hits": 0, "violations": 0, "examples": []}
+    out = {"family": family, "cases": 0, "hits": 0, "hit_tokens": 0, "violations": 0,
+           "examples": []}
     while out["cases"] < cases:
         lay = search_mod.Layout(search_mod.draw_layout(rng, family), model_dir)
         for _ in range(50):
-            kind, found = search_mod.run_case(lay, rng, out["cases"])
+            kind, found, hit = search_mod.run_case(lay, rng, out["cases"])
+            out["hit_tokens"] += hit
             lay.sched._release_step()
             out["cases"] += 1
             out["hits"] += kind != "miss"
@@ -118,10 +120,15 @@ def search(search_mod: Any, family: str, cases: int, seed: int) -> dict[str, Any
 
 
 def check(cases: int) -> dict[str, Any]:
+    search_mod = load(HERE / "state_search_v033.py", "state_search")
+    # the same searches on the unfixed method first: what the fix costs in hit tokens
+    before = {family: search(search_mod, family, cases, 1)
+              for family in ("forced", "reachable")}
     apply_fix()
     repro = load(REPRO, "repro")
-    search_mod = load(HERE / "state_search_v033.py", "state_search")
     return {
+        "unfixed_search_forced": before["forced"],
+        "unfixed_search_reachable": before["reachable"],
         "connector": repro.run_connector_lookup(),
         "engine_core": repro.run_engine_core(),
         "engine_core_sliding": repro.run_engine_core_sliding(),

@@ -181,8 +181,8 @@ class Layout:
 
 
 def run_case(lay: Layout, rng: random.Random, case_id: int
-             ) -> tuple[str, dict[str, Any] | None]:
-    """('miss' | 'hit' | 'tail-hit', the violation or None)."""
+             ) -> tuple[str, dict[str, Any] | None, int]:
+    """('miss' | 'hit' | 'tail-hit', the violation or None, the hit in tokens)."""
     cfg = lay.sched.config
     tpc_max = max(g.tokens_per_chunk for g in cfg.kv_group_configs)
     length = rng.randint(1, 6 * tpc_max + 2)
@@ -205,7 +205,7 @@ def run_case(lay: Layout, rng: random.Random, case_id: int
     lay.sched.on_new_request(req)
     hit, _ = lay.sched.get_num_new_matched_tokens(req, num_computed, max_new)
     if not hit:
-        return "miss", None
+        return "miss", None, 0
     end = num_computed + hit
     status = lay.sched._req_status[req.request_id]
     ctx = status.req_context
@@ -217,7 +217,7 @@ def run_case(lay: Layout, rng: random.Random, case_id: int
                              enable_caching=True)
         if kvm.allocate_slots(req, 0, num_external_computed_tokens=hit,
                               delay_cache_blocks=True) is None:
-            return "hit", {"case": case_id, "error": "allocation failed"}
+            return "hit", {"case": case_id, "error": "allocation failed"}, hit
         lay.sched.update_state_after_alloc(req, kvm.get_blocks(req.request_id), hit)
         ranges = list(status.load_key_ranges)
         mamba_keys = [(k, e) for _, e, k in ranges
@@ -239,10 +239,10 @@ def run_case(lay: Layout, rng: random.Random, case_id: int
         bad["loads-stored-only"] = True
     kind = "hit" if tail is None else "tail-hit"
     if not bad:
-        return kind, None
+        return kind, None, hit
     return kind, {"case": case_id, "prompt": length, "num_computed": num_computed, "hit": hit,
             "max_load_tokens": params.get("max_load_tokens"), "max_num_new_tokens": max_new,
-            "partial_tail": tail, "source": source, **bad}
+            "partial_tail": tail, "source": source, **bad}, hit
 
 
 def main() -> None:
@@ -256,7 +256,8 @@ def main() -> None:
     model_dir = tempfile.mkdtemp()
     transformers.JambaConfig(**JAMBA).save_pretrained(model_dir)
     out: dict[str, Any] = {"family": args.family, "seed": args.seed, "cases": 0,
-                           "hits": 0, "partial_tail_hits": 0, "layouts": 0, "refused": {},
+                           "hits": 0, "hit_tokens": 0, "partial_tail_hits": 0,
+                           "layouts": 0, "refused": {},
                            "layout_features": {},
                            "violations": 0, "examples": []}
     while out["cases"] < args.cases:
@@ -279,7 +280,8 @@ def main() -> None:
         for _ in range(args.per_layout):
             case_id = out["cases"]
             out["cases"] += 1
-            kind, found = run_case(lay, rng, case_id)
+            kind, found, hit = run_case(lay, rng, case_id)
+            out["hit_tokens"] += hit
             lay.sched._release_step()  # the step region build_connector_meta would close
             out["hits"] += kind != "miss"
             out["partial_tail_hits"] += kind == "tail-hit"
