@@ -106,8 +106,20 @@ def _caps(s: Scenario) -> tuple[int | None, int | None]:
 
 
 def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
-                           st: _State) -> tuple[int | None, str]:
-    """scheduler.py:849: tokens beyond the GPU hit that whole chunks can give."""
+                           st: _State, reround_mamba: bool = False
+                           ) -> tuple[int | None, str]:
+    """scheduler.py:849: tokens beyond the GPU hit that whole chunks can give.
+
+    ``reround_mamba``: finding 001's fix (docs/findings/001-fix.diff, semantics
+    ``alt-v033-reround-mamba``): after each group's cut (:914, :988) the bound is rounded
+    down to the Mamba align size again, so a group whose chunk is not a multiple of the
+    Mamba chunk cannot leave it between two Mamba boundaries."""
+
+    def reround(tokens: int) -> int:
+        if reround_mamba and layout.mamba_align_size is not None:
+            return round_down(tokens, layout.mamba_align_size)
+        return tokens
+
     max_num_new_tokens, max_load_tokens = _caps(s)
     num_computed_tokens = s.num_computed_tokens
     num_keys = {c.group_idx: s.prompt_tokens // c.tokens_per_chunk for c in layout.groups}
@@ -137,6 +149,7 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
             is_eagle_unverified = cfg.is_eagle_group and group_idx not in eagle_verified
             # scheduler.py:914: no further than this group's last keyed chunk
             max_hit_size_tokens = min(max_hit_size_tokens, num_keys[group_idx] * tpc)
+            max_hit_size_tokens = reround(max_hit_size_tokens)  # the fix (none in 0.33.0)
             if max_load_tokens is not None:  # scheduler.py:917: a load cap chunk-aligns
                 max_hit_size_tokens = round_down(max_hit_size_tokens, tpc)
             if max_hit_size_tokens - num_computed_tokens < tpc:  # scheduler.py:921
@@ -180,6 +193,7 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
                     note = "EAGLE chunk popped"
                 max_hit_size_tokens = min(  # scheduler.py:988
                     max_hit_size_tokens, tpc * (start_chunk_idx + num_hit_chunks))
+                max_hit_size_tokens = reround(max_hit_size_tokens)  # the fix (none in 0.33.0)
             st.steps.append(Step(st.passes, group_idx, before, queried, num_hit_chunks,
                                  max_hit_size_tokens, note))
             new_num_hit_tokens = max_hit_size_tokens - num_computed_tokens  # :993
@@ -230,10 +244,12 @@ def _lookup_partial_tail(layout: ChunkLayout, s: Scenario, mgr: _Manager, bounda
     return True, False
 
 
-def lookup(layout: ChunkLayout, s: Scenario) -> tuple[LookupResult, int | None]:
+def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False
+           ) -> tuple[LookupResult, int | None]:
     """``_lookup`` (scheduler.py:1068): complete chunks, then a partial tail past them.
 
-    Returns the lookup result and the partial-tail boundary (None: none chosen)."""
+    Returns the lookup result and the partial-tail boundary (None: none chosen).
+    ``reround_mamba``: finding 001's fix (``lookup_complete_chunks``)."""
     mgr = _Manager(s, layout)
     st = _State()
 
@@ -242,7 +258,8 @@ def lookup(layout: ChunkLayout, s: Scenario) -> tuple[LookupResult, int | None]:
         segs = tuple((g, e, e + 1, 1) for g, e in mgr.seen)
         return LookupResult(hit, tuple(st.steps), segs, st.passes, reason), boundary
 
-    complete_hit, reason = lookup_complete_chunks(layout, s, mgr, st)  # scheduler.py:1073
+    complete_hit, reason = lookup_complete_chunks(  # scheduler.py:1073
+        layout, s, mgr, st, reround_mamba)
     if complete_hit is None or not layout.supports_partial_tail:  # scheduler.py:1075
         return done(complete_hit, reason)
     max_num_new_tokens, max_load_tokens = _caps(s)
@@ -295,11 +312,12 @@ def lookup(layout: ChunkLayout, s: Scenario) -> tuple[LookupResult, int | None]:
     return done(complete_hit, reason)
 
 
-def get_num_new_matched_tokens(layout: ChunkLayout, s: Scenario
+def get_num_new_matched_tokens(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False
                                ) -> tuple[LookupResult, int | None]:
-    """scheduler.py:1210: the connector's answer for a new request."""
+    """scheduler.py:1210: the connector's answer for a new request (``reround_mamba``:
+    finding 001's fix, semantics ``alt-v033-reround-mamba``)."""
     if s.in_flight_transfers:  # scheduler.py:1247: in-flight transfers make it wait
         return LookupResult(None, (), (), 0, "the request has in-flight transfers"), None
     if s.skip_reading_prefix_cache:  # scheduler.py:1258
         return LookupResult(0, (), (), 0, "the request skips reading the prefix cache"), None
-    return lookup(layout, s)
+    return lookup(layout, s, reround_mamba)

@@ -33,6 +33,9 @@ class Semantics:
     # 0.33.0's reworked scheduler: chunks, partial tails, caps, LookupResult answers
     # (model/layout_v033.py, lookup_v033.py, load_v033.py instead of the 0.24.0 modules)
     chunked: bool = False
+    # finding 001's proposed fix (docs/findings/001-fix.diff): in the 0.33.0 lookup, round
+    # max_hit_size_tokens down to the Mamba align size again after each per-group cut
+    reround_mamba: bool = False
 
 
 SEMANTICS: dict[str, Semantics] = {
@@ -74,6 +77,13 @@ CHUNKED_SEMANTICS: dict[str, Semantics] = {
             "Mamba align layouts, max_num_new_tokens / max_load_tokens caps, HIT_PENDING "
             "and RETRY answers; max_hit_size_tokens still rounded to the Mamba chunk size.",
             chunked=True,
+        ),
+        Semantics(
+            "alt-v033-reround-mamba", "0.33.0", "max_hit", "groups", True, True, True, True,
+            "Finding 001's proposed fix (docs/findings/001-fix.diff): vLLM 0.33.0 with "
+            "max_hit_size_tokens rounded down to the Mamba chunk size again after each "
+            "group's cut (its keyed length, its confirmed chunks), not only before the loop.",
+            chunked=True, reround_mamba=True,
         ),
     )
 }
