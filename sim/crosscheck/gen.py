@@ -20,7 +20,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from model.scenario import Scenario, parse_scenario
+from model.scenario import Scenario, parse_scenario, scenario_to_json
 
 UNITS = (1, 2, 4, 8, 16)
 MULTIPLES = (1, 2, 3, 4)
@@ -171,9 +171,25 @@ def _uneven_layout(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
             "num_computed_tokens": 0, "groups": groups}
 
 
+def _real_layout(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
+    """0.33.0: a layout real model configurations produce (docs/layouts-vllm-0.33.0.json,
+    ``sim.layouts.strategy``), with partial-tail keys where the layout has them."""
+    from sim.layouts.strategy import real_layout_scenarios
+
+    out = scenario_to_json(draw(real_layout_scenarios(semantics)))
+    tph = out.get("hash_block_size")
+    if tph:
+        shared = _tails(draw, out["prompt_tokens"], tph, 0.7)
+        for g in out["groups"]:
+            g["stored_tails"] = shared
+    return out
+
+
 @st.composite
 def scenario_dicts(draw: st.DrawFn, semantics: str = "vllm-0.24.0") -> dict[str, Any]:
     if semantics == "vllm-0.33.0":
+        if _chance(draw, 0.15):
+            return _real_layout(draw, semantics)
         if _chance(draw, 0.1):
             return _v033_extras(draw, _uneven_layout(draw, semantics))
         if _chance(draw, 0.5):
