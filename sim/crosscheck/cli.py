@@ -27,10 +27,11 @@ from model.scenario import (
     parse_scenario,
     scenario_to_json,
 )
+from model.semantics import get_semantics
 from sim.crosscheck.client import RealScheduler
 from sim.crosscheck.compare import Verdict, compare, model_view
 from sim.crosscheck.envs import ROOT, VERSIONS
-from sim.crosscheck.mapping import semantics_for, to_case
+from sim.crosscheck.mapping import fix_for, semantics_for, to_case
 from sim.crosscheck.shrink import shrink, signature
 
 OUT_DIR = ROOT / "tests" / "scenarios" / "crosscheck"
@@ -88,7 +89,7 @@ class Tally:
 
 def v033_dims(s: Scenario, result: dict[str, Any]) -> list[str]:
     """Which of 0.33.0's new dimensions an accepted scenario exercised."""
-    if not s.semantics.endswith("0.33.0"):
+    if not get_semantics(s.semantics).chunked:
         return []
     out = []
     if result.get("tail_boundary") is not None:
@@ -118,7 +119,7 @@ def _say(msg: str) -> None:
 
 def check_one(real: RealScheduler, s: Scenario, tally: Tally,
               check_lookups: bool = True) -> Verdict:
-    sem = semantics_for(real.version)
+    sem = real.semantics
     s = s.with_semantics(sem)
     mv = model_view(s, sem)
     result = real.run(to_case(s))
@@ -141,7 +142,7 @@ def check_one(real: RealScheduler, s: Scenario, tally: Tally,
             if mv.precondition is None:
                 # the model's verdict on a run the real scheduler matched step for step
                 tally.dims.update(f"breaks {v}" for v in mv.violations
-                                  if s.semantics.endswith("0.33.0"))
+                                  if get_semantics(s.semantics).chunked)
         if result.get("refused") is None and "t_lookup" in result and mv.seconds:
             tally.real_seconds += result["t_lookup"]
             tally.model_seconds += mv.seconds
@@ -167,7 +168,7 @@ def disagreement_signature(real: RealScheduler, raw: dict[str, Any],
                            check_lookups: bool) -> str | None:
     """For the shrinker: the kind of disagreement on ``raw``, None if both sides agree."""
     s = parse_scenario(raw)
-    sem = semantics_for(real.version)
+    sem = real.semantics
     verdict = compare(model_view(s, sem), real.run(to_case(s)), check_lookups=check_lookups)
     return None if verdict.agree else signature(verdict.diffs)
 
@@ -222,7 +223,7 @@ def run_hypothesis(real: RealScheduler, n: int, seed: int | None, tally: Tally,
         small = shrink(scenario_to_json(s),
                        lambda raw: disagreement_signature(real, raw, check_lookups))
         s_small = parse_scenario(small)
-        mv = model_view(s_small, semantics_for(real.version))
+        mv = model_view(s_small, real.semantics)
         verdict = compare(mv, real.run(to_case(s_small)), check_lookups=check_lookups)
         out.append((sig, s_small, verdict))
     return out
@@ -249,7 +250,7 @@ def bench(real: RealScheduler, calls: int) -> tuple[float, float]:
     excludes resolving the layout (both are start-up work)."""
     from sim.crosscheck.compare import timed_lookup
 
-    sem_name = semantics_for(real.version)
+    sem_name = real.semantics
     s = parse_scenario(dict(BENCH, semantics=sem_name))
     r = real.bench(to_case(s), calls)
     per_call = [timed_lookup(s, sem_name) for _ in range(calls)]
@@ -274,8 +275,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="calls for the fixed benchmark (0 skips it)")
     ap.add_argument("--no-lookups", action="store_true",
                     help="do not compare the order of manager.lookup calls")
+    ap.add_argument("--semantics", default=None, metavar="NAME",
+                    help="an alt semantics with a real counterpart, checked against the "
+                    "release with that fix applied (alt-v033-reround-mamba: vLLM 0.33.0 "
+                    "with docs/findings/001-fix.diff); one --vllm version only")
     args = ap.parse_args(argv)
     versions = [v.strip() for v in args.vllm.split(",") if v.strip()]
+    if args.semantics is not None:
+        try:
+            if len(versions) != 1:
+                raise ValueError("--semantics: takes exactly one --vllm version")
+            fix_for(versions[0], args.semantics)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     paths = iter_scenario_paths(args.scenarios) if args.scenarios else []
     check_lookups = not args.no_lookups
     failed = False
@@ -283,8 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     for version in versions:
         t0 = time.monotonic()
         _say(f"== vLLM {version}: starting the real scheduler")
-        with RealScheduler(version) as real:
-            _say(f"  harness up in {time.monotonic() - t0:.0f}s")
+        with RealScheduler(version, args.semantics) as real:
+            _say(f"  harness up in {time.monotonic() - t0:.0f}s" + (
+                f"; model {real.semantics} vs real {version} with fix {real.fix}"
+                if real.fix else ""))
+            label = version if real.fix is None else f"{version}+fix{real.fix}"
             seed_result = real.run(to_case(parse_scenario(SEED)))
             want = SEED_HIT.get(version)
             ok = want is None or seed_result.get("hit") == want
@@ -292,14 +308,14 @@ def main(argv: list[str] | None = None) -> int:
                  f"{seed_result.get('hit')}" + (f" (expected {want})" if want else ""))
             failed |= not ok
             if paths:
-                tally_files = Tally(version)
+                tally_files = Tally(label)
                 bad = replay(real, paths, tally_files, check_lookups)
                 _say("  " + tally_files.line(f"scenario files ({len(paths)})"))
                 for p, v in bad:
                     _say(f"  DISAGREE {p}: {'; '.join(v.diffs)}")
                 failed |= bool(bad)
                 summary.append(tally_files.line("scenario files"))
-            tally = Tally(version)
+            tally = Tally(label)
             if args.examples > 0:
                 t1 = time.monotonic()
                 found = run_hypothesis(real, args.examples, args.seed, tally, check_lookups)
@@ -307,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                 _say("  " + tally.line(f"generated ({dt:.0f}s)"))
                 for sig, small, verdict in found:
                     n_kind = sum(signature(v.diffs) == sig for _, v in tally.disagreements)
-                    path = write_disagreement(small, verdict, version, args.out)
+                    path = write_disagreement(small, verdict, label, args.out)
                     _say(f"  DISAGREE x{n_kind} [{sig}] shrunk -> {path}: "
                          f"{'; '.join(verdict.diffs)}")
                 failed |= bool(found) or bool(tally.disagreements)

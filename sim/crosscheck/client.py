@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from sim.crosscheck.envs import ROOT, ensure_env
+from sim.crosscheck.mapping import fix_for, semantics_for
 
 HARNESS = Path(__file__).resolve().parent / "adapters" / "harness.py"
 # vLLM 0.33.0 reworked the scheduler's API (LookupResult, chunks, the spec's config)
@@ -26,13 +27,19 @@ class HarnessError(RuntimeError):
 
 
 class RealScheduler:
-    """A running harness for one version: ``run(case)`` returns the real result dict."""
+    """A running harness for one version: ``run(case)`` returns the real result dict.
 
-    def __init__(self, version: str) -> None:
+    ``semantics``: the model semantics the real side stands for: ``vllm-X`` (default) or
+    an alt semantics whose fix the harness applies (``mapping.REAL_FIXES``)."""
+
+    def __init__(self, version: str, semantics: str | None = None) -> None:
         self.version = version
+        self.semantics = semantics or semantics_for(version)
+        self.fix = fix_for(version, self.semantics)
         python = ensure_env(version)
         env = dict(os.environ, PYTHONHASHSEED="0", VLLM_LOGGING_LEVEL="ERROR",
-                   TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="")
+                   TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="",
+                   CROSSCHECK_FIX=self.fix or "")
         self._log: IO[str] = tempfile.NamedTemporaryFile(
             "w+", prefix=f"crosscheck-{version}-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
@@ -40,8 +47,8 @@ class RealScheduler:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, bufsize=1,
         )
         info = self._call({"op": "info"})
-        if info.get("version") != version:
-            raise HarnessError(f"harness for {version} reports {info!r}")
+        if info.get("version") != version or info.get("fix") != self.fix:
+            raise HarnessError(f"harness for {version} (fix {self.fix}) reports {info!r}")
 
     def _call(self, msg: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None

@@ -87,3 +87,23 @@ def to_case(s: Scenario) -> dict[str, Any]:
 
 def semantics_for(version: str) -> str:
     return f"vllm-{version}"
+
+
+# alt semantics that have a real counterpart: the release with a proposed fix applied in
+# its harness (env CROSSCHECK_FIX; adapters/fix001_v033.py applies finding 001's diff)
+REAL_FIXES: dict[str, tuple[str, str]] = {"alt-v033-reround-mamba": ("0.33.0", "001")}
+
+
+def fix_for(version: str, semantics: str) -> str | None:
+    """The fix the harness applies so that the real side runs ``semantics`` (None: the
+    release as shipped); ValueError names the field when there is no such counterpart."""
+    if semantics == semantics_for(version):
+        return None
+    if semantics not in REAL_FIXES:
+        known = ", ".join(REAL_FIXES)
+        raise ValueError(f"--semantics: {semantics!r} has no real counterpart (vllm-X or "
+                         f"one of: {known})")
+    base, fix = REAL_FIXES[semantics]
+    if base != version:
+        raise ValueError(f"--semantics: {semantics} is a fix of vLLM {base}, not {version}")
+    return fix

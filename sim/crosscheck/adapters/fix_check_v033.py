@@ -3,7 +3,8 @@
 Runs INSIDE the vLLM 0.33.0 environment.  ``python fix_check_v033.py --diff`` prints the
 fix as a unified diff against the installed
 ``vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py``;
-``python fix_check_v033.py --check`` applies it in this process (the patched source of
+``python fix_check_v033.py --check`` applies it in this process
+(``fix001_v033.apply_fix``: the patched source of
 ``OffloadingConnectorScheduler._lookup_complete_chunks`` is compiled in the module's own
 namespace and replaces the method) and prints JSON: the three reproductions of
 ``docs/findings/vllm_tests/test_offloading_mamba_state_at_hit_end.py`` and the random
@@ -27,7 +28,6 @@ import os
 import random
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -38,34 +38,12 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler as sched_mod
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fix001_v033 import apply_fix, patched_source  # the fix itself
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 REPRO = ROOT / "docs" / "findings" / "vllm_tests" / "test_offloading_mamba_state_at_hit_end.py"
-
-ROUND = ("{indent}if self._mamba_align_size is not None:\n"
-         "{indent}    max_hit_size_tokens = round_down(\n"
-         "{indent}        max_hit_size_tokens, self._mamba_align_size\n"
-         "{indent}    )\n")
-ANCHORS = (
-    # the per-group clamp to the keys this group has
-    "                max_hit_size_tokens = min(\n"
-    "                    max_hit_size_tokens, len(offload_keys) * tokens_per_chunk\n"
-    "                )\n",
-    # the clamp to the chunks this group confirmed
-    "                    max_hit_size_tokens = min(\n"
-    "                        max_hit_size_tokens,\n"
-    "                        tokens_per_chunk * (start_chunk_idx + num_hit_chunks),\n"
-    "                    )\n",
-)
-
-
-def patched_source(source: str) -> str:
-    for anchor in ANCHORS:
-        if source.count(anchor) != 1:
-            raise SystemExit("error: the 0.33.0 anchor was not found once; other vLLM?")
-        indent = anchor[: len(anchor) - len(anchor.lstrip())]
-        source = source.replace(anchor, anchor + ROUND.format(indent=indent))
-    return source
 
 
 def diff() -> str:
@@ -75,16 +53,6 @@ def diff() -> str:
     rel = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
                                         f"a/{rel}", f"b/{rel}"))
-
-
-def apply_fix() -> None:
-    cls = sched_mod.OffloadingConnectorScheduler
-    src = textwrap.dedent(inspect.getsource(cls._lookup_complete_chunks))
-    src = patched_source(textwrap.indent(src, "    "))
-    ns: dict[str, Any] = {}
-    exec(compile(textwrap.dedent(src), inspect.getsourcefile(sched_mod) or "<fix>", "exec"),
-         vars(sched_mod), ns)
-    cls._lookup_complete_chunks = ns["_lookup_complete_chunks"]
 
 
 def load(path: Path, name: str) -> Any:

@@ -74,6 +74,17 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
 from vllm.v1.kv_offload import base as offload_base  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 
+# CROSSCHECK_FIX=001: run finding 001's proposed fix (docs/findings/001-fix.diff) instead of
+# the release's method; the model's counterpart is semantics alt-v033-reround-mamba
+FIX = os.environ.get("CROSSCHECK_FIX") or None
+if FIX is not None:
+    if FIX != "001":
+        raise SystemExit(f"CROSSCHECK_FIX: unknown fix {FIX!r} (known: 001)")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from fix001_v033 import apply_fix  # noqa: E402
+
+    apply_fix()
+
 VERSION = vllm.__version__
 LR = offload_base.LookupResult
 FAKE_JOB_ID = 1 << 40
@@ -398,7 +409,7 @@ def main() -> None:
         op = msg.get("op")
         try:
             if op == "info":
-                reply: dict[str, Any] = {"version": VERSION}
+                reply: dict[str, Any] = {"version": VERSION, "fix": FIX}
             elif op == "run":
                 reply = run_case(msg["case"])
             elif op == "bench":

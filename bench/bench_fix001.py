@@ -1,0 +1,199 @@
+"""Finding 001's fix on the model: what it costs in hit tokens and which invariants it keeps,
+vLLM 0.33.0 (``vllm-0.33.0``) side by side with the fix (``alt-v033-reround-mamba``).
+
+    python bench/bench_fix001.py [--per-layout N] [--generated N] [--seed S] [--json FILE]
+
+The simulator (``python -m sim run``) models one block size for every group, full
+attention plus one Mamba group, and the 0.23.0/0.24.0 load; it cannot run 0.33.0's
+layouts (per-group block sizes, sliding windows, chunks), so this script measures on the
+model instead, on the same stores for both semantics:
+
+1. real layouts: every accepted row of ``docs/layouts-vllm-0.33.0.json``, ``--per-layout``
+   stores each, drawn as ``sim.layouts.strategy`` draws them (what one engine writes of a
+   prompt, sometimes with a few of one group's chunks evicted) from ``random.Random`` seeded
+   per row. A row is "reachable, divisible" when every group's chunk is a multiple of the
+   Mamba chunk; the finding's rows (nemotron-h-swa on FlashInfer) are not;
+2. the cross-check generator's 0.33.0 scenarios (``sim.crosscheck.gen``: arbitrary stores,
+   caps, partial tails, pending/retry answers, EAGLE, and the forced layouts whose
+   attention chunk is not a multiple of the Mamba chunk), ``--generated`` distinct ones.
+
+Per family: scenarios, hits, hit tokens, loads that restore a Mamba state not at the hit's
+end (``no-partial-state``) and every other invariant broken, per semantics.
+Deterministic: same arguments, same output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from model.evaluate import evaluate  # noqa: E402
+from model.layout_v033 import ChunkLayout  # noqa: E402
+from model.real_layouts import LayoutTemplate, load_templates  # noqa: E402
+from model.scenario import Scenario, scenario_to_json  # noqa: E402
+
+STOCK, FIX = "vllm-0.33.0", "alt-v033-reround-mamba"
+SIDES = (STOCK, FIX)
+
+
+@dataclass
+class Tally:
+    scenarios: int = 0
+    hits: Counter[str] = field(default_factory=Counter)
+    hit_tokens: Counter[str] = field(default_factory=Counter)
+    broken: Counter[str] = field(default_factory=Counter)  # "side invariant" -> scenarios
+    changed: int = 0  # scenarios whose hit differs between the two sides
+
+    def add(self, s: Scenario) -> bool:
+        """Evaluate ``s`` on both sides; False if 0.33.0 refuses it."""
+        outs = [evaluate(s, side) for side in SIDES]
+        if any(o.refused for o in outs):
+            return False
+        self.scenarios += 1
+        for side, o in zip(SIDES, outs, strict=True):
+            self.hits[side] += bool(o.hit_tokens)
+            self.hit_tokens[side] += o.hit_tokens or 0
+            for name in sorted({v.invariant for v in o.violations}):
+                self.broken[f"{side} {name}"] += 1
+        self.changed += outs[0].hit_tokens != outs[1].hit_tokens
+        return True
+
+    def row(self, name: str) -> dict[str, Any]:
+        lost = self.hit_tokens[STOCK] - self.hit_tokens[FIX]
+        base = self.hit_tokens[STOCK]
+        return {
+            "family": name, "scenarios": self.scenarios, "changed": self.changed,
+            "hits": dict(self.hits), "hit_tokens": dict(self.hit_tokens),
+            "lost_tokens": lost, "lost_percent": round(100 * lost / base, 2) if base else 0.0,
+            "broken": dict(sorted(self.broken.items())),
+        }
+
+
+def divisible(layout: ChunkLayout) -> bool:
+    """Every group's chunk is a multiple of the Mamba chunk (the fix cannot change a hit)."""
+    m = layout.mamba_align_size
+    return m is None or all(g.tokens_per_chunk % m == 0 for g in layout.groups)
+
+
+def draw_store(rng: random.Random, t: LayoutTemplate) -> Scenario:
+    """``sim.layouts.strategy.real_layout_scenarios``' draw, from ``rng``."""
+    bpc = t.blocks_per_chunk or 1
+    scheduler_block = math.lcm(*(g.block_size for g in t.groups))
+    unit = t.hash_block_size or scheduler_block
+    prompt = max(1, rng.randint(1, 3 * scheduler_block * bpc // unit) * unit
+                 + rng.randint(0, unit - 1))
+    gpu_hit_blocks = rng.randint(0, (prompt - 1) // scheduler_block)
+    most = prompt + scheduler_block * bpc
+    stored_tokens = most - rng.randint(0, most)
+    stored: list[Any] = [list(range(stored_tokens // (g.block_size * bpc))) for g in t.groups]
+    if rng.random() < 0.5:
+        victim = rng.randrange(len(t.groups))
+        # Hypothesis's st.sets draws few elements: evict a handful of keys
+        k = min(len(stored[victim]), rng.choice((0, 1, 1, 2, 3, 5)))
+        evicted = set(rng.sample(stored[victim], k))
+        stored[victim] = [b for b in stored[victim] if b not in evicted]
+    return t.scenario(semantics=STOCK, prompt_tokens=prompt,
+                      num_computed_tokens=gpu_hit_blocks * scheduler_block, stored=stored)
+
+
+def real_layouts(per_layout: int, seed: int) -> tuple[dict[str, Tally], dict[str, Tally]]:
+    per_row: dict[str, Tally] = {}
+    families = {"real, divisible": Tally(), "real, not divisible (finding 001)": Tally()}
+    for t in load_templates():
+        if not t.accepted:
+            continue
+        rng = random.Random(f"{seed}/{t.key}")
+        tally = per_row.setdefault(t.key, Tally())
+        for _ in range(per_layout):
+            s = draw_store(rng, t)
+            o = evaluate(s, STOCK)
+            if o.refused or not isinstance(o.layout, ChunkLayout):
+                continue
+            fam = "real, divisible" if divisible(o.layout) else (
+                "real, not divisible (finding 001)")
+            tally.add(s)
+            families[fam].add(s)
+    return per_row, families
+
+
+def generated(n: int, seed: int) -> dict[str, Tally]:
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hseed
+
+    from sim.crosscheck.gen import scenarios
+
+    seen: set[str] = set()
+    drawn: list[Scenario] = []
+    for batch in range(100):
+        if len(drawn) >= n:
+            break
+
+        @settings(max_examples=max(50, (n - len(drawn)) * 3 // 2), deadline=None,
+                  database=None, suppress_health_check=list(HealthCheck),
+                  phases=[Phase.generate])
+        @given(scenarios(STOCK))
+        def prop(s: Scenario) -> None:
+            key = json.dumps(scenario_to_json(s), sort_keys=True)
+            if len(drawn) < n and key not in seen:
+                seen.add(key)
+                drawn.append(s)
+
+        hseed(seed + batch)(prop)()
+    families = {"generated, divisible": Tally(), "generated, not divisible": Tally()}
+    for s in drawn:
+        o = evaluate(s, STOCK)
+        if o.refused or not isinstance(o.layout, ChunkLayout):
+            continue
+        families["generated, divisible" if divisible(o.layout)
+                 else "generated, not divisible"].add(s)
+    return families
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--per-layout", type=int, default=200)
+    ap.add_argument("--generated", type=int, default=3000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args(argv)
+    for name, value in (("per-layout", a.per_layout), ("generated", a.generated)):
+        if not 0 <= value <= 100_000:
+            print(f"--{name}: expected 0..100000, got {value}", file=sys.stderr)
+            return 2
+    per_row, fams = real_layouts(a.per_layout, a.seed)
+    fams.update(generated(a.generated, a.seed))
+    rows = [t.row(name) for name, t in fams.items()]
+    rows_layout = [t.row(key) for key, t in per_row.items()]
+    print(f"{'family':40} {'scen':>6} {'hits 0.33.0/fix':>16} {'hit tokens 0.33.0':>18} "
+          f"{'fix':>12} {'lost':>8} {'wrong state 0.33.0/fix':>23}")
+    for r in rows + [r for r in rows_layout if r["changed"]
+                     or r["broken"].get(f"{STOCK} no-partial-state")]:
+        ws = (r["broken"].get(f"{STOCK} no-partial-state", 0),
+              r["broken"].get(f"{FIX} no-partial-state", 0))
+        print(f"{r['family'][:40]:40} {r['scenarios']:>6} "
+              f"{r['hits'].get(STOCK, 0):>7}/{r['hits'].get(FIX, 0):<8} "
+              f"{r['hit_tokens'].get(STOCK, 0):>18,} {r['hit_tokens'].get(FIX, 0):>12,} "
+              f"{r['lost_percent']:>7}% {ws[0]:>11}/{ws[1]:<11}")
+    for r in rows:
+        other = {k: v for k, v in r["broken"].items() if "no-partial-state" not in k}
+        if other:
+            print(f"  {r['family']}: other invariants broken: {other}")
+    if a.json is not None:
+        a.json.write_text(json.dumps({"seed": a.seed, "per_layout": a.per_layout,
+                                      "generated": a.generated, "families": rows,
+                                      "layouts": rows_layout}, indent=1, sort_keys=True)
+                          + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

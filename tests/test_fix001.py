@@ -1,0 +1,92 @@
+"""Finding 001 (docs/findings/001-mamba-state-past-hit-end.md) and its fix as model semantics.
+
+``alt-v033-reround-mamba`` is vLLM 0.33.0's lookup with ``max_hit_size_tokens`` rounded down
+to the Mamba chunk again after each group's cut (docs/findings/001-fix.diff). The finding's
+scenario files break ``no-partial-state`` on 0.33.0 and keep it with the fix; on the
+cross-check generator's 0.33.0 scenarios the fix never restores a state past the hit, and
+where every chunk is a multiple of the Mamba chunk it changes no hit.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from model.evaluate import evaluate
+from model.layout_v033 import ChunkLayout
+from model.scenario import Scenario, iter_scenario_paths, load_scenario_file
+from sim.crosscheck.gen import scenarios
+
+ROOT = Path(__file__).resolve().parents[1]
+FINDING_DIRS = (ROOT / "tests" / "scenarios" / "vllm-0.33.0-breaks",
+                ROOT / "tests" / "scenarios" / "finding-001")
+STOCK, FIX = "vllm-0.33.0", "alt-v033-reround-mamba"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "model", "lookup", *args],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def test_finding_scenarios_replay_as_violations_on_033_and_ok_with_the_fix() -> None:
+    paths = [str(p) for p in iter_scenario_paths([str(d) for d in FINDING_DIRS])]
+    assert len(paths) == 6
+    stock = _cli(*paths, "--semantics", STOCK)
+    assert stock.returncode == 1, stock.stderr
+    assert stock.stdout.count("- no-partial-state") == len(paths), stock.stdout
+    fixed = _cli(*paths, "--semantics", FIX)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert fixed.stdout.count(" - ok") == len(paths), fixed.stdout
+
+
+def test_finding_reproductions_hit_what_the_real_033_scheduler_hits() -> None:
+    # the real 0.33.0 scheduler's answers (docs/findings/001: the reproductions on the
+    # unfixed method; fix_check_v033.py --check on the fixed one), replayed on the model
+    want = {  # file: ((0.33.0 hit, Mamba state at), (fixed hit, Mamba state at))
+        "engine-core-sliding-window-gpu-layout.json": ((160, 192), (0, None)),
+        "engine-core-lru-forced.json": ((48, 64), (0, None)),
+        "connector-stand-in-forced.json": ((48, 64), (32, 32)),
+    }
+    for name, sides in want.items():
+        s = load_scenario_file(FINDING_DIRS[1] / name)
+        for side, (hit, state) in zip((STOCK, FIX), sides, strict=True):
+            o = evaluate(s, side)
+            states = [ld.state_position for ld in o.loads if ld.state_position is not None]
+            assert (o.hit_tokens, states[0] if states else None) == (hit, state), (name, side)
+
+
+def _divisible(layout: ChunkLayout) -> bool:
+    m = layout.mamba_align_size
+    return m is None or all(g.tokens_per_chunk % m == 0 for g in layout.groups)
+
+
+def _check(s: Scenario) -> None:
+    stock, fixed = evaluate(s, STOCK), evaluate(s, FIX)
+    assert (stock.refused is None) == (fixed.refused is None)
+    if fixed.refused:
+        return
+    assert "no-partial-state" not in {v.invariant for v in fixed.violations}, fixed.violations
+    # the fix only lowers a hit, and never where every chunk is a multiple of the Mamba chunk
+    assert (fixed.hit_tokens or 0) <= (stock.hit_tokens or 0) or stock.hit_tokens is None
+    assert isinstance(stock.layout, ChunkLayout)
+    if _divisible(stock.layout):
+        assert (fixed.hit_tokens, fixed.loads) == (stock.hit_tokens, stock.loads)
+
+
+@settings(max_examples=300, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(scenarios(STOCK))
+def test_fix_keeps_no_partial_state_on_generated_033_scenarios(s: Scenario) -> None:
+    _check(s)
+
+
+@pytest.mark.slow
+@settings(max_examples=5000, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(scenarios(STOCK))
+def test_fix_keeps_no_partial_state_on_many_generated_033_scenarios(s: Scenario) -> None:
+    _check(s)
