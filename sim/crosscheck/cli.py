@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from model.evaluate import evaluate
 from model.scenario import (
     Scenario,
     ScenarioError,
@@ -110,6 +111,13 @@ def v033_dims(s: Scenario, result: dict[str, Any]) -> list[str]:
         out.append("caps")
     if any(g.stored is not None for g in s.groups):
         out.append("evicted keys")
+    if get_semantics(s.semantics).reround_mamba:
+        # a fix's alt semantics: where the fixed real scheduler differs from 0.33.0 itself
+        stock = evaluate(s, "vllm-0.33.0")
+        if stock.hit_tokens != result.get("hit"):
+            out.append("hit changed by the fix")
+        if any(v.invariant == "no-partial-state" for v in stock.violations):
+            out.append("0.33.0 itself breaks no-partial-state")
     return out
 
 
