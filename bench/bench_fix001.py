@@ -1,5 +1,7 @@
 """Finding 001's fix on the model: what it costs in hit tokens and which invariants it keeps,
-vLLM 0.33.0 (``vllm-0.33.0``) side by side with the fix (``alt-v033-reround-mamba``).
+vLLM 0.33.0 (``vllm-0.33.0``) side by side with the fix as proposed
+(``alt-v033-reround-mamba``, docs/findings/001-fix.diff) and the completed fix
+(``alt-v033-reround-mamba-rerun``, docs/findings/001-fix-rerun.diff).
 
     python bench/bench_fix001.py [--per-layout N] [--generated N] [--seed S] [--json FILE]
 
@@ -17,8 +19,9 @@ model instead, on the same stores for both semantics:
    caps, partial tails, pending/retry answers, EAGLE, and the forced layouts whose
    attention chunk is not a multiple of the Mamba chunk), ``--generated`` distinct ones.
 
-Per family: scenarios, hits, hit tokens, loads that restore a Mamba state not at the hit's
-end (``no-partial-state``) and every other invariant broken, per semantics.
+Per family and semantics: scenarios, hits, hit tokens, hit tokens lost against 0.33.0,
+loads that restore a Mamba state not at the hit's end (``no-partial-state``), loads of keys
+the store does not hold (``loads-stored-only``) and any other invariant broken.
 Deterministic: same arguments, same output.
 """
 
@@ -41,8 +44,8 @@ from model.layout_v033 import ChunkLayout  # noqa: E402
 from model.real_layouts import LayoutTemplate, load_templates  # noqa: E402
 from model.scenario import Scenario, scenario_to_json  # noqa: E402
 
-STOCK, FIX = "vllm-0.33.0", "alt-v033-reround-mamba"
-SIDES = (STOCK, FIX)
+STOCK, FIX, RERUN = "vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun"
+SIDES = (STOCK, FIX, RERUN)
 
 
 @dataclass
@@ -51,7 +54,7 @@ class Tally:
     hits: Counter[str] = field(default_factory=Counter)
     hit_tokens: Counter[str] = field(default_factory=Counter)
     broken: Counter[str] = field(default_factory=Counter)  # "side invariant" -> scenarios
-    changed: int = 0  # scenarios whose hit differs between the two sides
+    changed: Counter[str] = field(default_factory=Counter)  # fix -> hits it changed
 
     def add(self, s: Scenario) -> bool:
         """Evaluate ``s`` on both sides; False if 0.33.0 refuses it."""
@@ -64,16 +67,19 @@ class Tally:
             self.hit_tokens[side] += o.hit_tokens or 0
             for name in sorted({v.invariant for v in o.violations}):
                 self.broken[f"{side} {name}"] += 1
-        self.changed += outs[0].hit_tokens != outs[1].hit_tokens
+        for side, o in zip(SIDES[1:], outs[1:], strict=True):
+            self.changed[side] += o.hit_tokens != outs[0].hit_tokens
         return True
 
     def row(self, name: str) -> dict[str, Any]:
-        lost = self.hit_tokens[STOCK] - self.hit_tokens[FIX]
         base = self.hit_tokens[STOCK]
+        lost = {side: base - self.hit_tokens[side] for side in SIDES[1:]}
         return {
-            "family": name, "scenarios": self.scenarios, "changed": self.changed,
+            "family": name, "scenarios": self.scenarios, "changed": dict(self.changed),
             "hits": dict(self.hits), "hit_tokens": dict(self.hit_tokens),
-            "lost_tokens": lost, "lost_percent": round(100 * lost / base, 2) if base else 0.0,
+            "lost_tokens": lost,
+            "lost_percent": {side: round(100 * v / base, 2) if base else 0.0
+                             for side, v in lost.items()},
             "broken": dict(sorted(self.broken.items())),
         }
 
@@ -173,18 +179,22 @@ def main(argv: list[str] | None = None) -> int:
     fams.update(generated(a.generated, a.seed))
     rows = [t.row(name) for name, t in fams.items()]
     rows_layout = [t.row(key) for key, t in per_row.items()]
-    print(f"{'family':40} {'scen':>6} {'hits 0.33.0/fix':>16} {'hit tokens 0.33.0':>18} "
-          f"{'fix':>12} {'lost':>8} {'wrong state 0.33.0/fix':>23}")
-    for r in rows + [r for r in rows_layout if r["changed"]
-                     or r["broken"].get(f"{STOCK} no-partial-state")]:
-        ws = (r["broken"].get(f"{STOCK} no-partial-state", 0),
-              r["broken"].get(f"{FIX} no-partial-state", 0))
-        print(f"{r['family'][:40]:40} {r['scenarios']:>6} "
-              f"{r['hits'].get(STOCK, 0):>7}/{r['hits'].get(FIX, 0):<8} "
-              f"{r['hit_tokens'].get(STOCK, 0):>18,} {r['hit_tokens'].get(FIX, 0):>12,} "
-              f"{r['lost_percent']:>7}% {ws[0]:>11}/{ws[1]:<11}")
+    print(f"{'family':36} {'scen':>6} {'side':29} {'hits':>6} {'hit tokens':>11} "
+          f"{'lost':>7} {'no-partial-state':>16} {'loads-stored-only':>17}")
+    shown = rows + [r for r in rows_layout
+                    if any(r["changed"].values())
+                    or r["broken"].get(f"{STOCK} no-partial-state")]
+    for r in shown:
+        for i, side in enumerate(SIDES):
+            lost = "" if side == STOCK else f"{r['lost_percent'][side]}%"
+            print(f"{r['family'][:36] if i == 0 else '':36} "
+                  f"{r['scenarios'] if i == 0 else '':>6} {side:29} "
+                  f"{r['hits'].get(side, 0):>6} {r['hit_tokens'].get(side, 0):>11,} "
+                  f"{lost:>7} {r['broken'].get(f'{side} no-partial-state', 0):>16} "
+                  f"{r['broken'].get(f'{side} loads-stored-only', 0):>17}")
     for r in rows:
-        other = {k: v for k, v in r["broken"].items() if "no-partial-state" not in k}
+        other = {k: v for k, v in r["broken"].items()
+                 if "no-partial-state" not in k and "loads-stored-only" not in k}
         if other:
             print(f"  {r['family']}: other invariants broken: {other}")
     if a.json is not None:

@@ -80,7 +80,8 @@ def _evaluate_v033(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
             layout_v033.check_request(s, layout)
     except Refused as e:
         return Outcome(sem.name, str(e), None, (), ())
-    res, boundary = lookup_v033.get_num_new_matched_tokens(layout, s, sem.reround_mamba)
+    res, boundary = lookup_v033.get_num_new_matched_tokens(
+        layout, s, sem.reround_mamba, sem.reround_rerun)
     plan = load_v033.load_plan(layout, s, res.num_hit_tokens, boundary)
     violations = check_all(s, layout, res.num_hit_tokens, plan)
     return Outcome(sem.name, None, res.num_hit_tokens, plan.loads, tuple(violations),

@@ -106,14 +106,16 @@ def _caps(s: Scenario) -> tuple[int | None, int | None]:
 
 
 def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
-                           st: _State, reround_mamba: bool = False
-                           ) -> tuple[int | None, str]:
+                           st: _State, reround_mamba: bool = False,
+                           reround_rerun: bool = False) -> tuple[int | None, str]:
     """scheduler.py:849: tokens beyond the GPU hit that whole chunks can give.
 
     ``reround_mamba``: finding 001's fix (docs/findings/001-fix.diff, semantics
     ``alt-v033-reround-mamba``): after each group's cut (:914, :988) the bound is rounded
     down to the Mamba align size again, so a group whose chunk is not a multiple of the
-    Mamba chunk cannot leave it between two Mamba boundaries."""
+    Mamba chunk cannot leave it between two Mamba boundaries. ``reround_rerun`` (semantics
+    ``alt-v033-reround-mamba-rerun``): when that round-down cuts a sliding-window group's
+    confirmed window, the sliding-window groups are looked up again at the lowered bound."""
 
     def reround(tokens: int) -> int:
         if reround_mamba and layout.mamba_align_size is not None:
@@ -193,7 +195,13 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
                     note = "EAGLE chunk popped"
                 max_hit_size_tokens = min(  # scheduler.py:988
                     max_hit_size_tokens, tpc * (start_chunk_idx + num_hit_chunks))
+                confirmed = max_hit_size_tokens
                 max_hit_size_tokens = reround(max_hit_size_tokens)  # the fix (none in 0.33.0)
+                if (reround_rerun and window is not None and max_hit_size_tokens < confirmed
+                        and not lookup_groups):
+                    # the completed fix: this window was confirmed ending at `confirmed`,
+                    # not at the lowered bound; look the sliding-window groups up again
+                    lookup_groups = layout.sliding_window_groups
             st.steps.append(Step(st.passes, group_idx, before, queried, num_hit_chunks,
                                  max_hit_size_tokens, note))
             new_num_hit_tokens = max_hit_size_tokens - num_computed_tokens  # :993
@@ -244,8 +252,8 @@ def _lookup_partial_tail(layout: ChunkLayout, s: Scenario, mgr: _Manager, bounda
     return True, False
 
 
-def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False
-           ) -> tuple[LookupResult, int | None]:
+def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
+           reround_rerun: bool = False) -> tuple[LookupResult, int | None]:
     """``_lookup`` (scheduler.py:1068): complete chunks, then a partial tail past them.
 
     Returns the lookup result and the partial-tail boundary (None: none chosen).
@@ -259,7 +267,7 @@ def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False
         return LookupResult(hit, tuple(st.steps), segs, st.passes, reason), boundary
 
     complete_hit, reason = lookup_complete_chunks(  # scheduler.py:1073
-        layout, s, mgr, st, reround_mamba)
+        layout, s, mgr, st, reround_mamba, reround_rerun)
     if complete_hit is None or not layout.supports_partial_tail:  # scheduler.py:1075
         return done(complete_hit, reason)
     max_num_new_tokens, max_load_tokens = _caps(s)
@@ -312,7 +320,8 @@ def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False
     return done(complete_hit, reason)
 
 
-def get_num_new_matched_tokens(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False
+def get_num_new_matched_tokens(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
+                               reround_rerun: bool = False
                                ) -> tuple[LookupResult, int | None]:
     """scheduler.py:1210: the connector's answer for a new request (``reround_mamba``:
     finding 001's fix, semantics ``alt-v033-reround-mamba``)."""
@@ -320,4 +329,4 @@ def get_num_new_matched_tokens(layout: ChunkLayout, s: Scenario, reround_mamba: 
         return LookupResult(None, (), (), 0, "the request has in-flight transfers"), None
     if s.skip_reading_prefix_cache:  # scheduler.py:1258
         return LookupResult(0, (), (), 0, "the request skips reading the prefix cache"), None
-    return lookup(layout, s, reround_mamba)
+    return lookup(layout, s, reround_mamba, reround_rerun)

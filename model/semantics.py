@@ -36,6 +36,9 @@ class Semantics:
     # finding 001's proposed fix (docs/findings/001-fix.diff): in the 0.33.0 lookup, round
     # max_hit_size_tokens down to the Mamba align size again after each per-group cut
     reround_mamba: bool = False
+    # ... and a sliding-window group whose confirmed window that rounding cut is looked up
+    # again (the loop's re-run of the sliding-window groups), so its window ends at the hit
+    reround_rerun: bool = False
 
 
 SEMANTICS: dict[str, Semantics] = {
@@ -84,6 +87,14 @@ CHUNKED_SEMANTICS: dict[str, Semantics] = {
             "max_hit_size_tokens rounded down to the Mamba chunk size again after each "
             "group's cut (its keyed length, its confirmed chunks), not only before the loop.",
             chunked=True, reround_mamba=True,
+        ),
+        Semantics(
+            "alt-v033-reround-mamba-rerun", "0.33.0", "max_hit", "groups", True, True, True,
+            True,
+            "alt-v033-reround-mamba, completed: when the round-down cuts a sliding-window "
+            "group's confirmed window, the sliding-window groups are looked up again at the "
+            "lowered bound (otherwise the load can read a window chunk the store lacks).",
+            chunked=True, reround_mamba=True, reround_rerun=True,
         ),
     )
 }

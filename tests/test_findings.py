@@ -116,6 +116,7 @@ def test_proposed_fix_restores_the_state_at_the_hit_end_on_real_033() -> None:
     assert result["unfixed_search_forced"]["violations"] > 0
     assert (result["unfixed_search_reachable"]["hit_tokens"]
             == result["search_reachable"]["hit_tokens"])
-    assert (ROOT / "docs" / "findings" / "001-fix.diff").read_text() == subprocess.run(
-        [str(python), str(FIX), "--diff"], capture_output=True, text=True, timeout=300,
-        cwd=ROOT).stdout
+    for name, fix in (("001-fix.diff", "001"), ("001-fix-rerun.diff", "001b")):
+        assert (ROOT / "docs" / "findings" / name).read_text() == subprocess.run(
+            [str(python), str(FIX), "--diff", "--fix", fix], capture_output=True, text=True,
+            timeout=300, cwd=ROOT).stdout

@@ -1,10 +1,14 @@
 """Finding 001 (docs/findings/001-mamba-state-past-hit-end.md) and its fix as model semantics.
 
 ``alt-v033-reround-mamba`` is vLLM 0.33.0's lookup with ``max_hit_size_tokens`` rounded down
-to the Mamba chunk again after each group's cut (docs/findings/001-fix.diff). The finding's
-scenario files break ``no-partial-state`` on 0.33.0 and keep it with the fix; on the
-cross-check generator's 0.33.0 scenarios the fix never restores a state past the hit, and
-where every chunk is a multiple of the Mamba chunk it changes no hit.
+to the Mamba chunk again after each group's cut (docs/findings/001-fix.diff);
+``alt-v033-reround-mamba-rerun`` also looks the sliding-window groups up again when that
+round-down cuts a confirmed window (docs/findings/001-fix-rerun.diff). The finding's
+scenario files break ``no-partial-state`` on 0.33.0 and keep it with either fix; the fix as
+written then loads a window chunk the store lacks (``finding-001-fix-breaks/``), the
+completed fix does not. On the cross-check generator's 0.33.0 scenarios neither fix
+restores a state past the hit, the completed one breaks nothing 0.33.0 keeps, and where
+every chunk is a multiple of the Mamba chunk neither changes a hit or a load.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from sim.crosscheck.gen import scenarios
 ROOT = Path(__file__).resolve().parents[1]
 FINDING_DIRS = (ROOT / "tests" / "scenarios" / "vllm-0.33.0-breaks",
                 ROOT / "tests" / "scenarios" / "finding-001")
-STOCK, FIX = "vllm-0.33.0", "alt-v033-reround-mamba"
+STOCK, FIX, RERUN = "vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun"
+FIX_BREAKS = ROOT / "tests" / "scenarios" / "finding-001-fix-breaks"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -38,22 +43,32 @@ def test_finding_scenarios_replay_as_violations_on_033_and_ok_with_the_fix() -> 
     stock = _cli(*paths, "--semantics", STOCK)
     assert stock.returncode == 1, stock.stderr
     assert stock.stdout.count("- no-partial-state") == len(paths), stock.stdout
-    fixed = _cli(*paths, "--semantics", FIX)
-    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    assert fixed.stdout.count(" - ok") == len(paths), fixed.stdout
+    for side in (FIX, RERUN):
+        fixed = _cli(*paths, "--semantics", side)
+        assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+        assert fixed.stdout.count(" - ok") == len(paths), fixed.stdout
+
+
+def test_fix_as_written_loads_an_unstored_window_chunk_and_the_completed_fix_does_not() -> None:
+    stock = _cli(str(FIX_BREAKS), "--semantics", STOCK)
+    assert stock.returncode == 1 and "hit 160 - no-partial-state" in stock.stdout, stock.stdout
+    fixed = _cli(str(FIX_BREAKS), "--semantics", FIX)
+    assert fixed.returncode == 1 and "hit 144 - loads-stored-only" in fixed.stdout, fixed.stdout
+    rerun = _cli(str(FIX_BREAKS), "--semantics", RERUN)
+    assert rerun.returncode == 0 and "hit 48 - ok" in rerun.stdout, rerun.stdout
 
 
 def test_finding_reproductions_hit_what_the_real_033_scheduler_hits() -> None:
     # the real 0.33.0 scheduler's answers (docs/findings/001: the reproductions on the
     # unfixed method; fix_check_v033.py --check on the fixed one), replayed on the model
-    want = {  # file: ((0.33.0 hit, Mamba state at), (fixed hit, Mamba state at))
+    want = {  # file: ((0.33.0 hit, Mamba state at), (fixed hit, Mamba state at)); both fixes
         "engine-core-sliding-window-gpu-layout.json": ((160, 192), (0, None)),
         "engine-core-lru-forced.json": ((48, 64), (0, None)),
         "connector-stand-in-forced.json": ((48, 64), (32, 32)),
     }
     for name, sides in want.items():
         s = load_scenario_file(FINDING_DIRS[1] / name)
-        for side, (hit, state) in zip((STOCK, FIX), sides, strict=True):
+        for side, (hit, state) in zip((STOCK, FIX, RERUN), sides + sides[1:], strict=True):
             o = evaluate(s, side)
             states = [ld.state_position for ld in o.loads if ld.state_position is not None]
             assert (o.hit_tokens, states[0] if states else None) == (hit, state), (name, side)
@@ -65,16 +80,17 @@ def _divisible(layout: ChunkLayout) -> bool:
 
 
 def _check(s: Scenario) -> None:
-    stock, fixed = evaluate(s, STOCK), evaluate(s, FIX)
-    assert (stock.refused is None) == (fixed.refused is None)
-    if fixed.refused:
+    stock, fixed, rerun = evaluate(s, STOCK), evaluate(s, FIX), evaluate(s, RERUN)
+    assert (stock.refused is None) == (fixed.refused is None) == (rerun.refused is None)
+    if stock.refused:
         return
+    broken = {v.invariant for v in stock.violations} - {"no-partial-state"}
     assert "no-partial-state" not in {v.invariant for v in fixed.violations}, fixed.violations
-    # the fix only lowers a hit, and never where every chunk is a multiple of the Mamba chunk
-    assert (fixed.hit_tokens or 0) <= (stock.hit_tokens or 0) or stock.hit_tokens is None
+    assert {v.invariant for v in rerun.violations} <= broken, rerun.violations
     assert isinstance(stock.layout, ChunkLayout)
-    if _divisible(stock.layout):
-        assert (fixed.hit_tokens, fixed.loads) == (stock.hit_tokens, stock.loads)
+    if _divisible(stock.layout):  # neither fix changes anything there
+        for o in (fixed, rerun):
+            assert (o.hit_tokens, o.loads) == (stock.hit_tokens, stock.loads)
 
 
 @settings(max_examples=300, deadline=None, database=None,

@@ -91,7 +91,10 @@ def semantics_for(version: str) -> str:
 
 # alt semantics that have a real counterpart: the release with a proposed fix applied in
 # its harness (env CROSSCHECK_FIX; adapters/fix001_v033.py applies finding 001's diff)
-REAL_FIXES: dict[str, tuple[str, str]] = {"alt-v033-reround-mamba": ("0.33.0", "001")}
+REAL_FIXES: dict[str, tuple[str, str]] = {
+    "alt-v033-reround-mamba": ("0.33.0", "001"),  # docs/findings/001-fix.diff
+    "alt-v033-reround-mamba-rerun": ("0.33.0", "001b"),  # docs/findings/001-fix-rerun.diff
+}
 
 
 def fix_for(version: str, semantics: str) -> str | None:

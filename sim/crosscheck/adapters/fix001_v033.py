@@ -7,6 +7,11 @@ the two per-group cuts of ``max_hit_size_tokens`` (the clamp to the group's keye
 and the clamp to its confirmed chunks), a round-down to ``self._mamba_align_size``;
 ``apply_fix`` compiles the patched method in the scheduler module's own namespace and
 replaces the method.  Model side: semantics ``alt-v033-reround-mamba``.
+
+Fix ``001b`` (docs/findings/001-fix-rerun.diff; model side ``alt-v033-reround-mamba-rerun``)
+completes it: when the second round-down cuts a sliding-window group's confirmed window,
+the sliding-window groups are looked up again (the loop's own re-run list), since that
+window was confirmed ending above the lowered bound.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler as sched_mod
 
-NAME = "001"
+FIXES = ("001", "001b")
 ROUND = ("{indent}if self._mamba_align_size is not None:\n"
          "{indent}    max_hit_size_tokens = round_down(\n"
          "{indent}        max_hit_size_tokens, self._mamba_align_size\n"
@@ -35,19 +40,38 @@ ANCHORS = (
 )
 
 
-def patched_source(source: str) -> str:
-    for anchor in ANCHORS:
+# 001b, after the confirmed-chunk clamp: the same round-down, and a re-run of the
+# sliding-window groups when it cut this (sliding-window) group's confirmed window
+ROUND_RERUN = ("{indent}if self._mamba_align_size is not None:\n"
+               "{indent}    confirmed_tokens = max_hit_size_tokens\n"
+               "{indent}    max_hit_size_tokens = round_down(\n"
+               "{indent}        max_hit_size_tokens, self._mamba_align_size\n"
+               "{indent}    )\n"
+               "{indent}    if (\n"
+               "{indent}        max_hit_size_tokens < confirmed_tokens\n"
+               "{indent}        and sliding_window_size_in_chunks is not None\n"
+               "{indent}        and not lookup_groups\n"
+               "{indent}    ):\n"
+               "{indent}        # this window was confirmed ending above the new bound\n"
+               "{indent}        lookup_groups = self._sliding_window_groups\n")
+
+
+def patched_source(source: str, fix: str = "001") -> str:
+    if fix not in FIXES:
+        raise SystemExit(f"error: unknown fix {fix!r} (known: {', '.join(FIXES)})")
+    for i, anchor in enumerate(ANCHORS):
         if source.count(anchor) != 1:
             raise SystemExit("error: the 0.33.0 anchor was not found once; other vLLM?")
         indent = anchor[: len(anchor) - len(anchor.lstrip())]
-        source = source.replace(anchor, anchor + ROUND.format(indent=indent))
+        insert = ROUND_RERUN if (fix == "001b" and i == 1) else ROUND
+        source = source.replace(anchor, anchor + insert.format(indent=indent))
     return source
 
 
-def apply_fix() -> None:
+def apply_fix(fix: str = "001") -> None:
     cls = sched_mod.OffloadingConnectorScheduler
     src = textwrap.dedent(inspect.getsource(cls._lookup_complete_chunks))
-    src = patched_source(textwrap.indent(src, "    "))
+    src = patched_source(textwrap.indent(src, "    "), fix)
     ns: dict[str, Any] = {}
     exec(compile(textwrap.dedent(src), inspect.getsourcefile(sched_mod) or "<fix>", "exec"),
          vars(sched_mod), ns)

@@ -46,10 +46,10 @@ ROOT = HERE.parents[2]
 REPRO = ROOT / "docs" / "findings" / "vllm_tests" / "test_offloading_mamba_state_at_hit_end.py"
 
 
-def diff() -> str:
+def diff(fix: str = "001") -> str:
     path = Path(inspect.getsourcefile(sched_mod) or "")
     old = path.read_text()
-    new = patched_source(old)
+    new = patched_source(old, fix)
     rel = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
                                         f"a/{rel}", f"b/{rel}"))
@@ -108,11 +108,13 @@ def check(cases: int) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--diff", action="store_true")
+    ap.add_argument("--fix", default="001", help="001 (001-fix.diff) or 001b (the completed "
+                    "fix, 001-fix-rerun.diff); --diff prints it")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--cases", type=int, default=1000)
     args = ap.parse_args()
     if args.diff:
-        _OUT.write(diff())
+        _OUT.write(diff(args.fix))
     if args.check:
         json.dump(check(args.cases), _OUT, sort_keys=True)
         _OUT.write("\n")

@@ -76,14 +76,13 @@ from vllm.v1.request import Request  # noqa: E402
 
 # CROSSCHECK_FIX=001: run finding 001's proposed fix (docs/findings/001-fix.diff) instead of
 # the release's method; the model's counterpart is semantics alt-v033-reround-mamba
+# (001b: the completed fix, docs/findings/001-fix-rerun.diff, alt-v033-reround-mamba-rerun)
 FIX = os.environ.get("CROSSCHECK_FIX") or None
 if FIX is not None:
-    if FIX != "001":
-        raise SystemExit(f"CROSSCHECK_FIX: unknown fix {FIX!r} (known: 001)")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from fix001_v033 import apply_fix  # noqa: E402
 
-    apply_fix()
+    apply_fix(FIX)  # exits naming an unknown fix
 
 VERSION = vllm.__version__
 LR = offload_base.LookupResult
