@@ -4,6 +4,7 @@ vLLM 0.33.0 (``vllm-0.33.0``) side by side with the fix as proposed
 (``alt-v033-reround-mamba-rerun``, docs/findings/001-fix-rerun.diff).
 
     python bench/bench_fix001.py [--per-layout N] [--generated N] [--seed S] [--json FILE]
+                                 [--scenarios-out DIR]
 
 The simulator (``python -m sim run``) models one block size for every group, full
 attention plus one Mamba group, and the 0.23.0/0.24.0 load; it cannot run 0.33.0's
@@ -111,7 +112,8 @@ def draw_store(rng: random.Random, t: LayoutTemplate) -> Scenario:
                       num_computed_tokens=gpu_hit_blocks * scheduler_block, stored=stored)
 
 
-def real_layouts(per_layout: int, seed: int) -> tuple[dict[str, Tally], dict[str, Tally]]:
+def real_layouts(per_layout: int, seed: int, out: Path | None = None
+                 ) -> tuple[dict[str, Tally], dict[str, Tally]]:
     per_row: dict[str, Tally] = {}
     families = {"real, divisible": Tally(), "real, not divisible (finding 001)": Tally()}
     for t in load_templates():
@@ -126,6 +128,10 @@ def real_layouts(per_layout: int, seed: int) -> tuple[dict[str, Tally], dict[str
                 continue
             fam = "real, divisible" if divisible(o.layout) else (
                 "real, not divisible (finding 001)")
+            if out is not None and not divisible(o.layout):
+                out.mkdir(parents=True, exist_ok=True)
+                name = f"{t.key.replace('/', '_')}-{tally.scenarios:03d}.json"
+                (out / name).write_text(json.dumps(scenario_to_json(s), sort_keys=True) + "\n")
             tally.add(s)
             families[fam].add(s)
     return per_row, families
@@ -170,12 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--generated", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--scenarios-out", type=Path, default=None, metavar="DIR",
+                    help="also write the finding-layout stores as scenario files (for "
+                    "python -m sim.crosscheck --scenarios DIR)")
     a = ap.parse_args(argv)
     for name, value in (("per-layout", a.per_layout), ("generated", a.generated)):
         if not 0 <= value <= 100_000:
             print(f"--{name}: expected 0..100000, got {value}", file=sys.stderr)
             return 2
-    per_row, fams = real_layouts(a.per_layout, a.seed)
+    per_row, fams = real_layouts(a.per_layout, a.seed, a.scenarios_out)
     fams.update(generated(a.generated, a.seed))
     rows = [t.row(name) for name, t in fams.items()]
     rows_layout = [t.row(key) for key, t in per_row.items()]
