@@ -106,3 +106,18 @@ def test_fix_keeps_no_partial_state_on_generated_033_scenarios(s: Scenario) -> N
 @given(scenarios(STOCK))
 def test_fix_keeps_no_partial_state_on_many_generated_033_scenarios(s: Scenario) -> None:
     _check(s)
+
+
+def test_crosscheck_semantics_option_refuses_bad_input(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    from sim.crosscheck.cli import main
+    from sim.crosscheck.mapping import fix_for
+
+    assert fix_for("0.33.0", STOCK) is None
+    assert (fix_for("0.33.0", FIX), fix_for("0.33.0", RERUN)) == ("001", "001b")
+    for argv in (["--vllm", "0.24.0", "--semantics", FIX],
+                 ["--vllm", "0.33.0", "--semantics", "alt-round-num-hit"],
+                 ["--vllm", "0.24.0,0.33.0", "--semantics", FIX]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: --semantics:"), err
