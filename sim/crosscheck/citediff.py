@@ -9,6 +9,7 @@ edited or removed), so a reviewer sees which modelled steps to re-check.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,7 @@ def _read(p: Path) -> list[str] | None:
     return p.read_text(errors="replace").splitlines() if p.is_file() else None
 
 
-Opcodes = list[tuple[str, int, int, int, int]]
+Opcodes = Sequence[tuple[str, int, int, int, int]]
 
 
 def _follow(ops: Opcodes, new: list[str], line: int) -> tuple[str, int | None, str]:
@@ -56,8 +57,9 @@ def diff_citations(version: str, release_pkg: Path, tree_pkg: Path) -> list[Cite
     for key, (path, line) in sorted(table.items(), key=lambda kv: (kv[1], kv[0])):
         if path not in files:
             a, b = _read(release_pkg / path), _read(tree_pkg / path)
-            ops = (difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
-                   if a is not None and b is not None else [])
+            ops: Opcodes = (
+                difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+                if a is not None and b is not None else [])
             files[path] = (a, b, ops)
         old, new, ops = files[path]
         old_text = old[line - 1].strip() if old and line <= len(old) else ""

@@ -23,14 +23,14 @@ class RealScheduler:
 
     def __init__(self, version: str, overlay: Path | None = None) -> None:
         """``overlay``: a directory from ``tree.build_overlay``, put first on the
-        harness's ``PYTHONPATH`` (its bytecode goes under it, not into the release's env)."""
+        harness's ``PYTHONPATH``; no bytecode is written (the release's env stays as is)."""
         self.version = version
         python = ensure_env(version)
         env = dict(os.environ, PYTHONHASHSEED="0", VLLM_LOGGING_LEVEL="ERROR",
                    TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="")
         if overlay is not None:
             env["PYTHONPATH"] = str(overlay)
-            env["PYTHONPYCACHEPREFIX"] = str(overlay / ".pycache")
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
         self._log: IO[str] = tempfile.NamedTemporaryFile(
             "w+", prefix=f"crosscheck-{version}-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(

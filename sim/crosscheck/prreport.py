@@ -41,8 +41,18 @@ def _broken(side: Side) -> str:
     return "<br>".join(names) or "none"
 
 
+def compact(raw: dict[str, Any]) -> dict[str, Any]:
+    """A scenario without its empty or default-off fields (for display)."""
+    def keep(k: str, v: Any) -> bool:
+        return k != "description" and v not in ([], False)
+
+    out = {k: v for k, v in raw.items() if keep(k, v)}
+    out["groups"] = [{k: v for k, v in g.items() if keep(k, v)} for g in raw["groups"]]
+    return out
+
+
 def _scenario_line(raw: dict[str, Any]) -> str:
-    return json.dumps({k: v for k, v in raw.items() if k != "description"}, sort_keys=True)
+    return json.dumps(compact(raw), sort_keys=True)
 
 
 def _change(i: int, c: Change, version: str) -> list[str]:
@@ -116,14 +126,14 @@ def render(r: PRResult) -> str:
                   f"cited for vLLM {v}. Re-check the modelled steps of the changed ones:", ""]
     if changed:
         lines += ["| step | vLLM " + v + " | was | now in the tree |", "| --- | --- | --- | --- |"]
-        for c in changed:
-            now = (f"line {c.tree_line}: `{c.new_text}`" if c.tree_line
-                   else ("file missing" if c.status == "file missing" else "removed"))
-            lines.append(f"| `{c.key}` | `{cite(v, c.key)}` | `{c.old_text}` | {now} |")
+        for cl in changed:
+            now = (f"line {cl.tree_line}: `{cl.new_text}`" if cl.tree_line
+                   else ("file missing" if cl.status == "file missing" else "removed"))
+            lines.append(f"| `{cl.key}` | `{cite(v, cl.key)}` | `{cl.old_text}` | {now} |")
         lines.append("")
     if moved:
         lines += ["Moved, text unchanged: " + ", ".join(
-            f"`{c.key}` {c.line}→{c.tree_line}" for c in moved), ""]
+            f"`{cl.key}` {cl.line}→{cl.tree_line}" for cl in moved), ""]
     if r.changed_files:
         lines += ["<details><summary>Python files under the overlaid paths that differ "
                   f"from vLLM {v}</summary>", ""]

@@ -148,11 +148,13 @@ def overlay_digest(pkg: Path, release_key: str) -> str:
 
 def _mirror(release: Path, dest: Path, rel: Path, replaced: set[Path]) -> None:
     """Link every entry of ``release/rel`` into ``dest/rel``; real directories only on
-    the way to a replaced path (so the tree's files can sit beside the release's)."""
+    the way to a replaced path (so the tree's files can sit beside the release's).  The
+    release's ``__pycache__`` directories are linked too: its bytecode is reused (the
+    harness runs with PYTHONDONTWRITEBYTECODE, so nothing is written there)."""
     (dest / rel).mkdir(parents=True, exist_ok=True)
     for entry in sorted((release / rel).iterdir()):
         r = rel / entry.name
-        if entry.name in _SKIP or r in replaced:
+        if r in replaced:
             continue
         if entry.is_dir() and any(r in p.parents for p in replaced):
             _mirror(release, dest, r, replaced)

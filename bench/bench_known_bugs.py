@@ -1,0 +1,181 @@
+"""Known-bug benchmark of the PR check (``python -m sim.crosscheck --vllm-source``).
+
+Each known alignment bug is a small unified diff under ``bench/known_bugs/`` (header
+lines ``# bug:``, ``# release:``, ``# invariant:``) re-introduced into a copy of that
+release's Python tree (the overlaid paths only), then checked by the PR check with
+generated scenarios only (no seed case, no corpus: the fuzz has to find it), stopping
+at the first scenario that breaks an invariant.  A control row checks the unchanged
+release tree (exit 0 expected).  Prints a Markdown table: bug, patch, detected or not,
+seconds to detect (from the start of the check: release choice, overlay, harness start,
+scenarios), the first breaking scenario (shrunk).  Exit 1 if a bug goes undetected or
+the control reports a change.
+
+    python bench/bench_known_bugs.py [--quick] [--sources DIR] [--out FILE]
+
+``--sources``: where the releases' sources are: ``DIR/vllm-X/`` (an unpacked wheel) or
+``DIR/vllm-X-*.whl`` (as ``pip download --no-deps vllm==X -d DIR`` leaves it).
+Needs the release environments (``python -m sim.crosscheck.envs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sim.crosscheck.envs import modelled_releases  # noqa: E402
+from sim.crosscheck.prcheck import check_tree  # noqa: E402
+from sim.crosscheck.prreport import compact  # noqa: E402
+from sim.crosscheck.tree import OVERLAY, find_package, release_tuple  # noqa: E402
+
+BUGS_DIR = ROOT / "bench" / "known_bugs"
+# Known bugs that need a release the model does not cover yet: (name, what, release).
+NEEDS_RELEASE = [
+    ("mamba-all-unrounded", 'vLLM #51094 reverted: mamba_cache_mode="all" not rounded '
+     "(fixed in 0.28.0)", "0.28.0", "no-partial-state"),
+]
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    what: str
+    release: str
+    invariant: str
+    patch: Path | None
+
+
+def load_bugs() -> list[Bug]:
+    bugs = []
+    for p in sorted(BUGS_DIR.glob("*.diff")):
+        head = {}
+        for line in p.read_text().splitlines():
+            if not line.startswith("# "):
+                break
+            key, _, value = line[2:].partition(":")
+            head[key.strip()] = value.strip()
+        bugs.append(Bug(p.stem, head["bug"], head["release"], head["invariant"], p))
+    return bugs
+
+
+def release_tree(sources: Path, version: str, dest: Path) -> Path:
+    """Copy the overlaid paths (and ``_version.py``) of release ``version`` to ``dest``."""
+    unpacked = sources / f"vllm-{version}" / "vllm"
+    wanted = ["_version.py", *OVERLAY]
+    if unpacked.is_dir():
+        for rel in wanted:
+            src, dst = unpacked / rel, dest / "vllm" / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if src.is_dir():
+                shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+            elif src.is_file():
+                shutil.copy2(src, dst)
+        return dest
+    wheels = sorted(sources.glob(f"vllm-{version}-*.whl"))
+    if not wheels:
+        raise SystemExit(f"error: --sources: neither {unpacked.parent} nor "
+                         f"vllm-{version}-*.whl in {sources}")
+    with zipfile.ZipFile(wheels[0]) as z:
+        for name in z.namelist():
+            rel = name.removeprefix("vllm/")
+            if name.startswith("vllm/") and name.endswith(".py") and any(
+                    rel == w or rel.startswith(w + "/") for w in wanted):
+                z.extract(name, dest)
+    return dest
+
+
+def apply_patch(patch: Path, tree: Path) -> None:
+    proc = subprocess.run(["patch", "-p1", "-s", "--no-backup-if-mismatch", "-d",
+                           str(tree), "-i", str(patch)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"error: {patch.name} does not apply: {proc.stdout}{proc.stderr}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="CI mode: a smaller control run (300 scenarios, not 2000)")
+    ap.add_argument("--sources", type=Path, default=Path("/work/wheels"))
+    ap.add_argument("--examples", type=int, default=5000,
+                    help="most generated scenarios per bug (default: %(default)s)")
+    ap.add_argument("--only", action="append", default=[], help="run only this bug")
+    ap.add_argument("--out", type=Path, default=None, help="also write the table here")
+    args = ap.parse_args(argv)
+    modelled = modelled_releases()
+    bugs = [b for b in load_bugs() if not args.only or b.name in args.only]
+    rows = []
+    results = []
+    ok = True
+    scratch = Path(tempfile.mkdtemp(prefix="known-bugs-"))
+    try:
+        versions = sorted({b.release for b in bugs if b.release in modelled})
+        for v in versions:  # control: the unchanged release tree must exit 0
+            tree = find_package(release_tree(args.sources, v, scratch / f"vllm-{v}"))
+            t0 = time.monotonic()
+            r = check_tree(tree, examples=300 if args.quick else 2000, corpus=None)
+            dt = time.monotonic() - t0
+            good = r.exit_code == 0
+            ok &= good
+            rows.append(f"| control: unchanged vLLM {v} | — | exit {r.exit_code} "
+                        f"({'ok' if good else 'CHANGES REPORTED'}) | {dt:.0f} s for "
+                        f"{r.checked} scenarios | — |")
+            results.append({"bug": f"control-{v}", "exit": r.exit_code,
+                            "seconds": round(dt, 1), "scenarios": r.checked})
+        for b in bugs:
+            patch = f"`{b.patch.relative_to(ROOT)}`" if b.patch else "—"
+            if b.release not in modelled:
+                rows.append(f"| {b.what} | {patch} | not run: vLLM {b.release} is not "
+                            f"modelled (modelled: {', '.join(modelled)}) | — | — |")
+                continue
+            assert b.patch is not None
+            dest = release_tree(args.sources, b.release, scratch / b.name)
+            apply_patch(b.patch, dest)
+            r = check_tree(find_package(dest), examples=args.examples, corpus=None,
+                           stop_first=True, shrink_budget=200)
+            broken = {inv for c in r.changes for inv in c.new_broken}
+            detected = r.exit_code == 2 and b.invariant in broken
+            ok &= detected
+            first = next((c for c in r.changes if b.invariant in c.new_broken), None)
+            scen = (f"`{json.dumps(compact(first.scenario), sort_keys=True)}`" if first
+                    else "—")
+            secs = f"{r.first_break_s:.1f}" if r.first_break_s is not None else "—"
+            rows.append(f"| {b.name}: {b.what} | {patch} | "
+                        f"{'yes' if detected else 'NO'} (exit {r.exit_code}, breaks "
+                        f"{', '.join(sorted(broken)) or 'nothing'}) | {secs} "
+                        f"({r.checked} scenarios) | {scen} |")
+            results.append({"bug": b.name, "exit": r.exit_code, "detected": detected,
+                            "seconds": r.first_break_s, "scenarios": r.checked,
+                            "first": r.first_break,
+                            "shrunk": first.scenario if first else None})
+        for name, what, release, _ in NEEDS_RELEASE:
+            if any(b.name == name for b in bugs) or (args.only and name not in args.only):
+                continue
+            newer = [m for m in modelled if release_tuple(m) >= release_tuple(release)]
+            why = (f"no patch for vLLM {newer[-1]} under bench/known_bugs/ yet" if newer
+                   else f"needs a modelled release ≥ {release} (modelled: "
+                   f"{', '.join(modelled)})")
+            rows.append(f"| {name}: {what} | — | not run: {why} | — | — |")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    table = "\n".join([
+        "| bug | patch | detected | seconds to detect | first breaking scenario (shrunk) |",
+        "| --- | --- | --- | --- | --- |", *rows])
+    print(table)
+    if args.out is not None:
+        args.out.write_text(table + "\n")
+        args.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
