@@ -21,7 +21,8 @@ class CitedLine:
     key: str  # the modelled step (model/citations.py)
     path: str  # under vllm/
     line: int  # in the release
-    status: str  # "unchanged", "moved", "changed", "file missing"
+    # "unchanged", "moved", "changed", or "not in tree" (a partial tree lacks the file)
+    status: str
     tree_line: int | None  # where it is in the tree (moved/unchanged)
     old_text: str
     new_text: str  # the tree's text at (or in place of) that line
@@ -64,7 +65,7 @@ def diff_citations(version: str, release_pkg: Path, tree_pkg: Path) -> list[Cite
         old, new, ops = files[path]
         old_text = old[line - 1].strip() if old and line <= len(old) else ""
         if old is None or new is None:
-            out.append(CitedLine(key, path, line, "file missing", None, old_text, ""))
+            out.append(CitedLine(key, path, line, "not in tree", None, old_text, ""))
             continue
         status, tree_line, new_text = _follow(ops, new, line)
         out.append(CitedLine(key, path, line, status, tree_line, old_text, new_text.strip()))

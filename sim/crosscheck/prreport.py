@@ -115,25 +115,31 @@ def render(r: PRResult) -> str:
         for i, c in enumerate(r.changes, 1):
             lines += _change(i, c, v)
     moved = [c for c in r.cited if c.status == "moved"]
-    changed = [c for c in r.cited if c.status in ("changed", "file missing")]
+    changed = [c for c in r.cited if c.status == "changed"]
+    absent = sorted({c.path for c in r.cited if c.status == "not in tree"})
     lines += ["### Lines the model cites", ""]
     if not moved and not changed:
-        lines += [f"All {len(r.cited)} lines `model/citations.py` cites for vLLM {v} are "
-                  "unchanged and in place.", ""]
+        n = sum(c.status == "unchanged" for c in r.cited)
+        lines += [f"All {n} lines `model/citations.py` cites for vLLM {v} in files the tree "
+                  "has are unchanged and in place.", ""]
     else:
         lines += [f"{len(changed)} cited line(s) changed, {len(moved)} moved, "
-                  f"{len(r.cited) - len(changed) - len(moved)} unchanged, of {len(r.cited)} "
-                  f"cited for vLLM {v}. Re-check the modelled steps of the changed ones:", ""]
+                  f"{len(r.cited) - len(changed) - len(moved)} unchanged or not in the tree, "
+                  f"of {len(r.cited)} cited for vLLM {v}."
+                  + (" Re-check the modelled steps of the changed ones:" if changed else ""),
+                  ""]
     if changed:
         lines += ["| step | vLLM " + v + " | was | now in the tree |", "| --- | --- | --- | --- |"]
         for cl in changed:
-            now = (f"line {cl.tree_line}: `{cl.new_text}`" if cl.tree_line
-                   else ("file missing" if cl.status == "file missing" else "removed"))
+            now = f"line {cl.tree_line}: `{cl.new_text}`" if cl.tree_line else "removed"
             lines.append(f"| `{cl.key}` | `{cite(v, cl.key)}` | `{cl.old_text}` | {now} |")
         lines.append("")
     if moved:
         lines += ["Moved, text unchanged: " + ", ".join(
             f"`{cl.key}` {cl.line}→{cl.tree_line}" for cl in moved), ""]
+    if absent:
+        lines += ["Cited files the tree does not have (not compared): "
+                  + ", ".join(f"`vllm/{p}`" for p in absent), ""]
     if r.changed_files:
         lines += ["<details><summary>Python files under the overlaid paths that differ "
                   f"from vLLM {v}</summary>", ""]

@@ -123,7 +123,10 @@ def changed_lines(a: Path, b: Path) -> int:
 
 
 def cited_distance(tree_pkg: Path, release_pkg: Path, paths: list[str]) -> int:
-    return sum(changed_lines(release_pkg / p, tree_pkg / p) for p in paths)
+    """Changed lines summed over the cited files the tree has (a partial tree, such as
+    the benchmark's, lacks some: those are not counted)."""
+    return sum(changed_lines(release_pkg / p, tree_pkg / p) for p in paths
+               if (tree_pkg / p).is_file())
 
 
 def overlay_files(pkg: Path) -> list[str]:
