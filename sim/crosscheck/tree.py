@@ -49,12 +49,27 @@ class Tree:
     version_source: str | None  # which file said so
 
 
+def _wanted(rel: str) -> bool:
+    """A file under vllm/ the PR check reads: the overlaid paths, the cited files, the
+    version file."""
+    from model.citations import cited_files
+
+    if rel == "_version.py" or any(rel == p or rel.startswith(p + "/") for p in OVERLAY):
+        return True
+    return rel in cited_files()
+
+
 def _unpack(archive: Path, dest: Path) -> Path:
-    """Unpack the Python files (and metadata) of a wheel or sdist; returns the root."""
+    """Unpack what the PR check reads of a wheel (or every Python file of an sdist);
+    returns the root."""
     if archive.suffix == ".whl":
         with zipfile.ZipFile(archive) as z:
             for name in z.namelist():
-                if name.endswith((".py", "METADATA")) and ".." not in name:
+                if ".." in name:
+                    continue
+                if (name.startswith("vllm/") and name.endswith(".py")
+                        and _wanted(name.removeprefix("vllm/"))) or name.endswith(
+                        ".dist-info/METADATA"):
                     z.extract(name, dest)
         return dest
     with tarfile.open(archive) as t:
