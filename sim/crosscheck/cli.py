@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -329,9 +330,12 @@ def pr_check(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except HarnessError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else "harness failed"
+        # the exception the harness died of (the last "...Error: ..." line of its log)
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        errors = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception)\b", ln)]
+        why = (errors or lines or ["the harness failed"])[-1][:300]
         print(f"error: --vllm-source: the tree's files do not run on the release's "
-              f"environment: {first}", file=sys.stderr)
+              f"environment: {why}", file=sys.stderr)
         return 2
     text = render(result)
     if args.report is not None:
