@@ -22,83 +22,25 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sim.crosscheck.envs import modelled_releases  # noqa: E402
+from sim.crosscheck.knownbugs import (  # noqa: E402
+    NEEDS_RELEASE,
+    BugError,
+    apply_patch,
+    load_bugs,
+    release_tree,
+)
 from sim.crosscheck.prcheck import check_tree  # noqa: E402
 from sim.crosscheck.prreport import compact  # noqa: E402
-from sim.crosscheck.tree import OVERLAY, find_package, release_tuple  # noqa: E402
-
-BUGS_DIR = ROOT / "bench" / "known_bugs"
-# Known bugs that need a release the model does not cover yet: (name, what, release).
-NEEDS_RELEASE = [
-    ("mamba-all-unrounded", 'vLLM #51094 reverted: mamba_cache_mode="all" not rounded '
-     "(fixed in 0.28.0)", "0.28.0", "no-partial-state"),
-]
-
-
-@dataclass(frozen=True)
-class Bug:
-    name: str
-    what: str
-    release: str
-    invariant: str
-    patch: Path | None
-
-
-def load_bugs() -> list[Bug]:
-    bugs = []
-    for p in sorted(BUGS_DIR.glob("*.diff")):
-        head = {}
-        for line in p.read_text().splitlines():
-            if not line.startswith("# "):
-                break
-            key, _, value = line[2:].partition(":")
-            head[key.strip()] = value.strip()
-        bugs.append(Bug(p.stem, head["bug"], head["release"], head["invariant"], p))
-    return bugs
-
-
-def release_tree(sources: Path, version: str, dest: Path) -> Path:
-    """Copy the overlaid paths (and ``_version.py``) of release ``version`` to ``dest``."""
-    unpacked = sources / f"vllm-{version}" / "vllm"
-    wanted = ["_version.py", *OVERLAY]
-    if unpacked.is_dir():
-        for rel in wanted:
-            src, dst = unpacked / rel, dest / "vllm" / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            if src.is_dir():
-                shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
-            elif src.is_file():
-                shutil.copy2(src, dst)
-        return dest
-    wheels = sorted(sources.glob(f"vllm-{version}-*.whl"))
-    if not wheels:
-        raise SystemExit(f"error: --sources: neither {unpacked.parent} nor "
-                         f"vllm-{version}-*.whl in {sources}")
-    with zipfile.ZipFile(wheels[0]) as z:
-        for name in z.namelist():
-            rel = name.removeprefix("vllm/")
-            if name.startswith("vllm/") and name.endswith(".py") and any(
-                    rel == w or rel.startswith(w + "/") for w in wanted):
-                z.extract(name, dest)
-    return dest
-
-
-def apply_patch(patch: Path, tree: Path) -> None:
-    proc = subprocess.run(["patch", "-p1", "-s", "--no-backup-if-mismatch", "-d",
-                           str(tree), "-i", str(patch)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"error: {patch.name} does not apply: {proc.stdout}{proc.stderr}")
+from sim.crosscheck.tree import find_package, release_tuple  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                    else f"needs a modelled release ≥ {release} (modelled: "
                    f"{', '.join(modelled)})")
             rows.append(f"| {name}: {what} | — | not run: {why} | — | — |")
+    except BugError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     table = "\n".join([
