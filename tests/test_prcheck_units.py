@@ -99,6 +99,15 @@ def test_tree_answer_in_model_terms() -> None:
     crash = tree_side(s, "vllm-0.24.0", {"refused": None, "hit": 16, "loads": None,
                                          "load_error": "AssertionError at vllm/x.py:1"})
     assert crash.broken == {prcheck.CRASH}
+    refused = parse_scenario({  # 0.24.0 refuses a factor with mixed block sizes
+        "semantics": "vllm-0.24.0", "block_size_factor": 2, "prompt_tokens": 64,
+        "num_computed_tokens": 0,
+        "groups": [{"kind": "full_attention", "gpu_block_size": 8, "stored": "all"},
+                   {"kind": "full_attention", "gpu_block_size": 16, "stored": "all"}]})
+    accepted = tree_side(refused, "vllm-0.24.0",
+                         {"refused": None, "hit": 32, "loads": [[0, [0, 1]], [1, [0]]]})
+    assert not accepted.judged and accepted.broken == set()
+    assert model_side(refused, "vllm-0.24.0").refused is not None
 
 
 def _result(changes: list[Change]) -> PRResult:

@@ -72,6 +72,9 @@ class Side:
     loads: dict[int, tuple[int, ...]] | None
     assertion: str | None  # a vLLM assertion in the lookup or the load
     violations: tuple[tuple[str, str], ...]  # (invariant, message)
+    # False when the invariants could not be evaluated: the release refuses the layout
+    # (no release layout to judge the tree's load by)
+    judged: bool = True
 
     @property
     def broken(self) -> set[str]:
@@ -182,13 +185,15 @@ def tree_side(s: Scenario, semantics: str, real: dict[str, Any]) -> Side:
     except Refused:
         layout = None  # the release refuses it: no release layout to judge the load by
     violations: tuple[tuple[str, str], ...] = ()
-    if layout is not None and hit is not None and loads is not None:
+    if layout is None:
+        return Side(None, hit, loads, assertion, (), judged=False)
+    if hit is not None and loads is not None:
         plan = LoadPlan(tuple(
             GroupLoad(g, blocks, (blocks[-1] + 1) * layout.groups[g].offloaded_block_size
                       if s.groups[g].kind == "mamba" and blocks else None)
             for g, blocks in sorted(loads.items())))
         violations = tuple((v.invariant, v.message) for v in check_all(s, layout, hit, plan))
-    elif layout is not None and hit:
+    elif hit:
         violations = tuple((v.invariant, v.message)
                            for v in check_all(s, layout, hit, LoadPlan(())))
     return Side(None, hit, loads, assertion, violations)
