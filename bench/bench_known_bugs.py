@@ -12,8 +12,9 @@ the control reports a change.
 
     python bench/bench_known_bugs.py [--quick] [--sources DIR] [--out FILE]
 
-``--sources``: where the releases' sources are: ``DIR/vllm-X/`` (an unpacked wheel) or
-``DIR/vllm-X-*.whl`` (as ``pip download --no-deps vllm==X -d DIR`` leaves it).
+``--sources``: where the releases' sources are: ``DIR/vllm-X/`` (an unpacked wheel),
+``DIR/vllm-X-*.whl`` (as ``pip download --no-deps vllm==X -d DIR`` leaves it), or an
+installed ``vllm`` package directory.
 Needs the release environments (``python -m sim.crosscheck.envs``).
 """
 
