@@ -45,8 +45,8 @@ def _broken(side: Side) -> str:
 
 def compact(raw: dict[str, Any]) -> dict[str, Any]:
     """A scenario without its empty or default-off fields (for display)."""
-    def keep(k: str, v: Any) -> bool:
-        return k != "description" and v not in ([], False)
+    def keep(k: str, v: Any) -> bool:  # "stored": [] (nothing stored) stays
+        return k != "description" and (k == "stored" or v not in ([], False))
 
     out = {k: v for k, v in raw.items() if keep(k, v)}
     out["groups"] = [{k: v for k, v in g.items() if keep(k, v)} for g in raw["groups"]]
@@ -114,6 +114,10 @@ def render(r: PRResult) -> str:
         lines += [f"{len(r.changes)} kind(s) of change, {len(breaking)} breaking an "
                   "invariant (evaluated on what the tree's scheduler did, against what the "
                   f"vLLM {v} model does on the same scenario).", ""]
+        if r.first_break is not None and r.first_break_s is not None:
+            lines += [f"First scenario that broke an invariant ({r.first_break_phase}, "
+                      f"after {r.first_break_s:.0f} s), before shrinking: "
+                      f"`{_scenario_line(r.first_break)}`", ""]
         for i, c in enumerate(r.changes, 1):
             lines += _change(i, c, v)
     moved = [c for c in r.cited if c.status == "moved"]
