@@ -322,10 +322,14 @@ def pr_check(args: argparse.Namespace) -> int:
         print(f"error: --examples: {args.examples} is not in 0..1000000", file=sys.stderr)
         return 2
     corpus = None if args.no_corpus else [Path(p) for p in args.scenarios or CORPUS]
+    import tempfile
+
     try:
-        tree = find_package(args.vllm_source)
-        result = check_tree(tree, examples=args.examples, seed=args.seed or 0,
-                            corpus=corpus, base=args.base)
+        with tempfile.TemporaryDirectory(prefix="pr-check-") as scratch:
+            # a .whl / .tar.gz is unpacked under scratch, removed afterwards
+            tree = find_package(args.vllm_source, Path(scratch))
+            result = check_tree(tree, examples=args.examples, seed=args.seed or 0,
+                                corpus=corpus, base=args.base)
     except TreeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
