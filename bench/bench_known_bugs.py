@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from sim.crosscheck.envs import modelled_releases  # noqa: E402
 from sim.crosscheck.knownbugs import (  # noqa: E402
+    GONE_BECAUSE,
     NEEDS_RELEASE,
     BugError,
     apply_patch,
@@ -100,13 +101,14 @@ def main(argv: list[str] | None = None) -> int:
                             "seconds": r.first_break_s, "scenarios": r.checked,
                             "first": r.first_break,
                             "shrunk": first.scenario if first else None})
-        for name, what, release, _ in NEEDS_RELEASE:
+        for name, what, fixed, gone in NEEDS_RELEASE:
             if any(b.name == name for b in bugs) or (args.only and name not in args.only):
                 continue
-            newer = [m for m in modelled if release_tuple(m) >= release_tuple(release)]
-            why = (f"no patch for vLLM {newer[-1]} under bench/known_bugs/ yet" if newer
-                   else f"needs a modelled release ≥ {release} (modelled: "
-                   f"{', '.join(modelled)})")
+            hosts = [m for m in modelled
+                     if release_tuple(fixed) <= release_tuple(m) < release_tuple(gone)]
+            why = (f"no patch for vLLM {hosts[-1]} under bench/known_bugs/ yet" if hosts
+                   else f"needs a modelled release from {fixed} to before {gone} "
+                   f"(modelled: {', '.join(modelled)}; {GONE_BECAUSE[name]})")
             rows.append(f"| {name}: {what} | — | not run: {why} | — | — |")
     except BugError as e:
         print(f"error: {e}", file=sys.stderr)
