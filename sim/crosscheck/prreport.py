@@ -73,7 +73,8 @@ def _change(i: int, c: Change, version: str) -> list[str]:
         f"| | vLLM {version} (model, old) | this tree (real scheduler, new) |",
         "| --- | --- | --- |",
         f"| hit tokens | {_hit(c.old)} | {_hit(c.new)} |",
-        f"| load plan (offloaded blocks per group) | {_loads(c.old)} | {_loads(c.new)} |",
+        f"| load plan (per group, what `prepare_load` gets) | {_loads(c.old)} | "
+        f"{_loads(c.new)} |",
         f"| invariants broken | {_broken(c.old)} | {_broken(c.new)} |",
         "",
         "Differences: " + "; ".join(f"`{d}`" for d in c.diffs),
@@ -97,10 +98,11 @@ def render(r: PRResult) -> str:
         f"`vllm/v1/kv_offload/` and `vllm/v1/core/` laid over vLLM {v} (compiled parts "
         f"are the release's).",
         f"- Scope: {r.checked} distinct scenarios (the seed's boundary case, "
-        f"{r.corpus_files} corpus files, {r.generated} generated with seed {r.seed}: 1-4 "
-        "groups of full attention, sliding window and Mamba none/align/all, block sizes "
-        "1-64, factors 1-4, prompts up to ~300 tokens, stores with holes, deferred and "
-        f"in-flight blocks, EAGLE) in {r.seconds:.0f} s. A scenario is a change when the "
+        f"{r.corpus_files} corpus files, {r.generated} generated with seed {r.seed} by "
+        "`sim/crosscheck/gen.py`: 1-4 groups of every kind and Mamba mode the release "
+        "has, mixed block sizes and factors, prompts up to ~300 tokens, stores with "
+        "holes, deferred and in-flight blocks, EAGLE, the request flags) in "
+        f"{r.seconds:.0f} s. A scenario is a change when the "
         "hit, the order of store lookups, the load plan, a start-up refusal or a vLLM "
         f"assertion differs from the release's. {EXIT_NOTE}",
         "",
