@@ -121,6 +121,7 @@ class PRResult:
     first_break_s: float | None = None
     first_break: dict[str, Any] | None = None  # the first (unshrunk) breaking scenario
     first_break_phase: str = ""
+    startup_s: float = 0.0  # release choice, overlay and starting the real scheduler
 
     @property
     def exit_code(self) -> int:
@@ -315,7 +316,8 @@ def check_tree(tree: Tree, *, examples: int = 2000, seed: int = 0,
     found: dict[str, tuple[dict[str, Any], int]] = {}  # kind -> (first scenario, count)
     seen: set[str] = set()
     with RealScheduler(version, overlay) as real:
-        _say(f"harness up ({real.scheduler_file})")
+        result.startup_s = time.monotonic() - t0
+        _say(f"harness up in {result.startup_s:.0f}s ({real.scheduler_file})")
 
         def visit(raw: dict[str, Any], phase: str) -> bool:
             key = json.dumps(dict(raw, semantics=semantics), sort_keys=True)
