@@ -47,11 +47,16 @@ def modelled_releases() -> tuple[str, ...]:
     """Releases with both model semantics (``vllm-X``) and an environment recipe, oldest
     first: the bases a source tree can be checked against.  A new release plugs in by
     adding its semantics and ``requirements/vllm-X.txt``."""
-    from model.semantics import SEMANTICS
+    from model.semantics import get_semantics
 
-    have = {p.stem.removeprefix("vllm-") for p in REQUIREMENTS.glob("vllm-*.txt")}
-    found = {s.base_version for s in SEMANTICS.values()
-             if s.name == f"vllm-{s.base_version}" and s.base_version in have}
+    def modelled(version: str) -> bool:
+        try:
+            return get_semantics(f"vllm-{version}").base_version == version
+        except ValueError:
+            return False
+
+    have = [p.stem.removeprefix("vllm-") for p in REQUIREMENTS.glob("vllm-*.txt")]
+    found = [v for v in have if modelled(v)]
     return tuple(sorted(found, key=lambda v: tuple(int(x) for x in v.split("."))))
 
 

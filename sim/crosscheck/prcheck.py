@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model.evaluate import evaluate
+from model.evaluate import Outcome, evaluate
 from model.invariants import check_all
-from model.layout import Layout, Refused, resolve_layout
 from model.load_plan import GroupLoad, LoadPlan
 from model.scenario import (
     Scenario,
@@ -170,21 +169,29 @@ def nearest_release(tree: Tree, forced: str | None = None) -> Nearest:
                    "version and no release environment exists yet)", distances)
 
 
+def _evaluated(s: Scenario, semantics: str) -> Outcome:
+    """The model's outcome; a request past a model precondition (a GPU hit no engine
+    produces) is run without it, as ``compare.model_view`` does."""
+    out = evaluate(s, semantics)
+    if out.refused is not None:
+        relaxed = evaluate(s, semantics, enforce=False)
+        if relaxed.refused is None:
+            return relaxed
+    return out
+
+
 def tree_side(s: Scenario, semantics: str, real: dict[str, Any]) -> Side:
     """The tree's real answer as the model's result types, with the model's invariants
-    evaluated on it (the layout is the release's; the load's Mamba state position is
-    the end of its last loaded block, as in ``model/load_plan.py``)."""
+    evaluated on it (the layout is the release's, as the model resolves it; the load's
+    Mamba state position is the end of its last loaded block, as in
+    ``model/load_plan.py``)."""
     if real.get("refused") is not None:
         return Side(real["refused"], None, None, None, ())
     hit = real.get("hit")
     loads = None if real.get("loads") is None else {g: tuple(b) for g, b in real["loads"]}
     assertion = real.get("lookup_error") or real.get("load_error")
-    from model.semantics import get_semantics
-
-    try:
-        layout: Layout | None = resolve_layout(s, get_semantics(semantics))
-    except Refused:
-        layout = None  # the release refuses it: no release layout to judge the load by
+    # None: the release refuses it, so there is no release layout to judge the load by
+    layout = _evaluated(s, semantics).layout
     violations: tuple[tuple[str, str], ...] = ()
     if layout is None:
         return Side(None, hit, loads, assertion, (), judged=False)
@@ -201,11 +208,7 @@ def tree_side(s: Scenario, semantics: str, real: dict[str, Any]) -> Side:
 
 
 def model_side(s: Scenario, semantics: str) -> Side:
-    out = evaluate(s, semantics)
-    if out.refused is not None:
-        relaxed = evaluate(s, semantics, enforce=False)
-        if relaxed.refused is None:
-            out = relaxed
+    out = _evaluated(s, semantics)
     if out.refused is not None:
         return Side(out.refused, None, None, None, ())
     loads = {gl.group: tuple(gl.blocks) for gl in out.loads} if out.hit_tokens else None
