@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from model.evaluate import Outcome, evaluate
-from model.invariants import check_all
+from model.invariants import AnyLayout, check_all
+from model.layout import Layout
 from model.load_plan import GroupLoad, LoadPlan
 from model.scenario import (
     Scenario,
@@ -180,6 +181,22 @@ def _evaluated(s: Scenario, semantics: str) -> Outcome:
     return out
 
 
+def _state_position(s: Scenario, layout: AnyLayout, g: int, blocks: tuple[int, ...],
+                    hit: int, boundary: int | None) -> int | None:
+    """Where the recurrent state a Mamba group's load brings ends, by the model's rule
+    for the release: the end of the last loaded offloaded block (``model/load_plan.py``);
+    on 0.33.0 the partial-tail boundary, else the end of the last pending GPU block
+    (``model/load_v033.py``)."""
+    if s.groups[g].kind != "mamba" or not blocks:
+        return None
+    if isinstance(layout, Layout):
+        return (blocks[-1] + 1) * layout.groups[g].offloaded_block_size
+    if boundary is not None:
+        return int(boundary)
+    tpb = layout.groups[g].tokens_per_block
+    return -(-(s.num_computed_tokens + hit) // tpb) * tpb
+
+
 def tree_side(s: Scenario, semantics: str, real: dict[str, Any]) -> Side:
     """The tree's real answer as the model's result types, with the model's invariants
     evaluated on it (the layout is the release's, as the model resolves it; the load's
@@ -196,10 +213,10 @@ def tree_side(s: Scenario, semantics: str, real: dict[str, Any]) -> Side:
     if layout is None:
         return Side(None, hit, loads, assertion, (), judged=False)
     if hit is not None and loads is not None:
+        boundary = real.get("tail_boundary")
         plan = LoadPlan(tuple(
-            GroupLoad(g, blocks, (blocks[-1] + 1) * layout.groups[g].offloaded_block_size
-                      if s.groups[g].kind == "mamba" and blocks else None)
-            for g, blocks in sorted(loads.items())))
+            GroupLoad(g, blocks, _state_position(s, layout, g, blocks, hit, boundary))
+            for g, blocks in sorted(loads.items())), None, boundary)
         violations = tuple((v.invariant, v.message) for v in check_all(s, layout, hit, plan))
     elif hit:
         violations = tuple((v.invariant, v.message)
