@@ -24,7 +24,7 @@ from model.evaluate import evaluate
 from model.maximality import larger_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import Semantics, get_semantics
-from proofs.abstract import abstract, obligations
+from proofs.abstract import obligations
 from proofs.encoding import (
     MAMBA,
     MODES,
@@ -43,7 +43,7 @@ from proofs.encoding import (
     startup,
     symbolic_config,
 )
-from proofs.layers import alignment_queries, final_query, lemma_queries
+from proofs.layers import CASES, KINDS, alignment_queries, final_query, lemma_queries
 from proofs.theorems import (
     PRECONDITIONS,
     TEMPLATE,
@@ -124,16 +124,16 @@ def _violation_fn(thm: Theorem) -> Callable[[Context, z3.ArithRef | None], z3.Bo
     return lambda ctx, cand: v(ctx)
 
 
-def _containment(sem: Semantics, assumed: Sequence[str], thm: Theorem, g: int, case: int,
+def _containment(sem: Semantics, assumed: Sequence[str], thm: Theorem, kind: str, case: str,
                  sub: int, rich: bool) -> list[z3.BoolRef]:
-    return final_query(sem, assumed, _violation_fn(thm), False, True, False, g, case, sub,
+    return final_query(sem, assumed, _violation_fn(thm), False, kind, True, False, case, sub,
                        rich, containment=True)
 
 
-def _final_given_containment(sem: Semantics, assumed: Sequence[str], thm: Theorem, g: int,
+def _final_given_containment(sem: Semantics, assumed: Sequence[str], thm: Theorem, kind: str,
                              rich: bool) -> list[z3.BoolRef]:
-    return final_query(sem, assumed, _violation_fn(thm), False, True, False, g,
-                       rich=rich, containment=False)
+    return final_query(sem, assumed, _violation_fn(thm), False, kind, rich=rich,
+                       containment=False)
 
 
 def _ready(query: list[z3.BoolRef], rich: bool) -> list[z3.BoolRef]:
@@ -146,39 +146,37 @@ def _prompt_at_most(bound: int, cfg: Config) -> list[z3.BoolRef]:
 
 def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
                   ) -> list[tuple[str, Callable[[bool], list[z3.BoolRef]]]]:
-    """The layered proof's queries (proofs.abstract): each must be unsatisfiable."""
+    """The layered proof's queries (proofs.abstract): each must be unsatisfiable. None
+    fixes the layout: the loop is proved for any number of groups, the lemmas and the
+    final step for a group of each kind."""
     maximal = thm.name == "maximality"
     quiet = "nothing-deferred-or-loading" in assumed
     queries = lemma_queries(sem, assumed, maximal)
-    a = abstract(TEMPLATE, sem, maximal, quiet)
-    for name, q in obligations(a, thm.name == "termination"):
+    for name, q in obligations(maximal, quiet):
         queries.append((name, partial(_ready, q)))
     if thm.aligned:
         queries += alignment_queries(sem, assumed)
-    if thm.containment:
-        for g in range(len(TEMPLATE)):
-            queries.append((f"property from the summary (g{g}), given containment",
-                            partial(_final_given_containment, sem, assumed, thm, g)))
-            for case in range(-1, len(TEMPLATE)):
+    for kind in KINDS:
+        if thm.containment:
+            queries.append((f"property from the summary ({kind}), given containment",
+                            partial(_final_given_containment, sem, assumed, thm, kind)))
+            for case in CASES:
                 for sub in range(4):
-                    where = "M0" if case < 0 else f"a block of g{case}"
                     queries.append((
-                        f"g{g} loads within what its lookup confirmed (hit ends at {where}, "
-                        f"case {sub})",
-                        partial(_containment, sem, assumed, thm, g, case, sub)))
-    elif thm.split:
-        for g in range(len(TEMPLATE)):
-            for case in range(-1, len(TEMPLATE)):
+                        f"a {kind} group loads within what its lookup confirmed (hit ends "
+                        f"at {case}, case {sub})",
+                        partial(_containment, sem, assumed, thm, kind, case, sub)))
+        elif thm.split:
+            for case in CASES:
                 for sub in range(4):
-                    where = "M0" if case < 0 else f"a block of g{case}"
                     queries.append((
-                        f"property from the summary (g{g}, hit ends at {where}, case {sub})",
+                        f"property from the summary ({kind}, hit ends at {case}, case {sub})",
                         partial(final_query, sem, assumed, _violation_fn(thm), maximal,
-                                thm.uses_store, thm.aligned, g, case, sub)))
-    elif thm.name != "termination":
-        queries.append(("property from the summary", lambda r: final_query(
-            sem, assumed, _violation_fn(thm), maximal, thm.uses_store, thm.aligned,
-            rich=r)))
+                                kind, thm.uses_store, thm.aligned, case, sub)))
+        elif thm.name != "termination":
+            queries.append((f"property from the summary ({kind})", partial(
+                final_query, sem, assumed, _violation_fn(thm), maximal, kind,
+                thm.uses_store, thm.aligned)))
     return queries
 
 
