@@ -100,6 +100,10 @@ def lemma_turn(sem: Semantics, assumed: Sequence[str], name: str, kind: str,
         # the run the lookup must find starts where the valid hit's load starts
         enc.hints.setdefault("0", []).extend([ld.lo, ld.hi - 1])
         pre.append(valid_hit(ctx, h))
+        window = cfg.window[0]
+        if window is not None and "window-not-one-past-blocks" in assumed:
+            # lemma window-span, at the valid hit's load
+            pre.append(window_span(enc, cfg.computed + h, window, d.obs[0]))
         claim = fact(name, t, cfg.computed + h)
     return _finish(enc, pre + [z3.Not(claim)])
 
@@ -152,6 +156,10 @@ def nested_division(ceiling: bool, rich: bool = False) -> list[z3.BoolRef]:
     return enc.cons + [a > 0, b > 0, div(div(x, a), b) != div(x, a * b)]
 
 
+def _monotone(x: z3.ArithRef, y: z3.ArithRef, b: z3.ArithRef) -> z3.BoolRef:
+    return z3.Implies(z3.And(b >= 1, x <= y), x * b <= y * b)
+
+
 def window_start(enc: Enc, end: z3.ArithRef, window: z3.ArithRef, obs: z3.ArithRef,
                  k: z3.ArithRef) -> z3.BoolRef:
     """A hit ending on a block end or one token before it: the first block a window of
@@ -165,13 +173,56 @@ def window_start(enc: Enc, end: z3.ArithRef, window: z3.ArithRef, obs: z3.ArithR
 
 
 def window_start_lemma(rich: bool = False) -> list[z3.BoolRef]:
+    """Proved with instances of lemma monotone (multiplication by a positive size)."""
     end, window, obs, k = z3.Ints("end window obs k")
     enc = Enc()
     claim = window_start(enc, end, window, obs, k)
-    return enc.cons + [z3.Not(claim)]
+    q = enc.floordiv(zmax(z3.IntVal(0), end - window + 1), obs, "window_first")
+    c, d = enc.cdiv(end, obs, "window_end"), enc.cdiv(window, obs, "window_blocks")
+    helpers = [_monotone(x, y, obs) for x, y in (
+        (q + 1, c - d), (c - d, q + 1), (q, c - d - 1), (c - d - 1, q), (k, c), (c, k),
+        (c, k - 1), (k - 1, c), (d - 1, c - k), (q, k - d), (k - d, q), (k - d + 1, q),
+        (q, k - d - 1))]
+    return enc.cons + helpers + [z3.Not(claim)]
+
+
+def window_span(enc: Enc, end: z3.ArithRef, window: z3.ArithRef, obs: z3.ArithRef
+                ) -> z3.BoolRef:
+    """A window that is not one token past whole blocks (precondition
+    window-not-one-past-blocks, in its own words): the blocks a hit ending at ``end``
+    loads for it (from single_type_kv_cache_manager.py:796's first needed token) are at
+    least the ``cdiv(window, obs)`` blocks the lookup's run needs (scheduler.py:98)."""
+    skipped = zmax(z3.IntVal(0), end - window + 1)
+    return z3.Implies(
+        z3.And(obs >= 1, window >= 1, end >= 1,
+               window - 1 != obs * ((window - 1) / obs)),
+        z3.Or(end - window + 1 <= 0,
+              enc.cdiv(end, obs, "window_end") - enc.floordiv(skipped, obs, "window_first")
+              >= enc.cdiv(window, obs, "window_blocks")))
+
+
+def monotone_lemma(rich: bool = False) -> list[z3.BoolRef]:
+    x, y, b = z3.Ints("x y b")
+    return [z3.Not(_monotone(x, y, b))]
+
+
+def window_span_lemma(rich: bool = False) -> list[z3.BoolRef]:
+    """Proved with instances of lemma monotone (multiplication by a positive size)."""
+    end, window, obs = z3.Ints("end window obs")
+    enc = Enc()
+    claim = window_span(enc, end, window, obs)
+    q = enc.floordiv(zmax(z3.IntVal(0), end - window + 1), obs, "window_first")
+    c, d = enc.cdiv(end, obs, "window_end"), enc.cdiv(window, obs, "window_blocks")
+    p = (window - 1) / obs
+    helpers = [_monotone(x, y, obs) for x, y in (
+        (c, q + d - 1), (q + d - 1, c), (p, d - 1), (d - 1, p), (p + 1, d - 1),
+        (d - 1, p + 1), (p, d - 2), (d, p))]
+    return enc.cons + helpers + [z3.Not(claim)]
 
 
 ARITHMETIC: list[Query] = [
+    ("lemma monotone: x <= y and b >= 1 give x * b <= y * b", monotone_lemma),
+    ("lemma window-span", window_span_lemma),
     ("lemma (x // a) // b == x // (a * b)", partial(nested_division, False)),
     ("lemma cdiv(cdiv(x, a), b) == cdiv(x, a * b)", partial(nested_division, True)),
     ("lemma window-start", window_start_lemma),

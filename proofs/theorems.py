@@ -125,17 +125,6 @@ PRECONDITIONS: dict[str, Precondition] = {
             "sliding_window = k*B + 1 (e.g. 4097 with block 16, or any window with block 1).",
         ),
         Precondition(
-            "window-within-one-block",
-            "every sliding window fits in one offloaded block",
-            lambda c, d: z3.And([w <= d.obs[g] for g, w in enumerate(c.window)
-                                 if w is not None]),
-            "Scope, not a vLLM property: real windows (e.g. 4096 tokens) span many blocks. "
-            "The proof of maximality for wider windows needs arithmetic on the window's "
-            "block boundaries that Z3 does not settle here (it answers unknown); the "
-            "counterexample search finds no violation for wider windows either.",
-            scope=True,
-        ),
-        Precondition(
             "no-eagle",
             "no group is an EAGLE/MTP draft group",
             lambda c, d: z3.And([z3.Not(e) for e in d.eagle]),
@@ -320,7 +309,7 @@ THEOREMS: dict[str, Theorem] = {
             "maximality",
             "No larger hit than the one returned would keep the invariants for the same store.",
             None,  # built in proofs.check (it needs the candidate in the invariant)
-            ("no-eagle", "window-not-one-past-blocks", "window-within-one-block"),
+            ("no-eagle", "window-not-one-past-blocks"),
             _holds_on("vllm-0.23.0", "vllm-0.24.0"),
         ),
     )
