@@ -15,8 +15,10 @@ from typing import Any
 from model.evaluate import evaluate
 from model.explain import draw_png, token_line
 from model.scenario import parse_scenario
+from model.semantics import get_semantics
 from proofs.check import Verdict, check
 from proofs.theorems import PRECONDITIONS, THEOREMS
+from proofs.witness import Witness, witness
 
 
 @dataclass(frozen=True)
@@ -36,11 +38,14 @@ class Row:
     verdict: Verdict
     expected: str  # holds | fails
     necessity: tuple[Necessity, ...]
+    witness: Witness | None = None  # a PROVED theorem's premises hold on some run
 
     @property
     def matches(self) -> bool:
         ok = (self.verdict.status == "PROVED") if self.expected == "holds" else (
             self.verdict.status == "COUNTEREXAMPLE")
+        if self.verdict.status == "PROVED" and not (self.witness and self.witness.found):
+            return False  # a proof without a witness may be vacuous
         # a precondition is shown necessary only by a counterexample when it is dropped
         return ok and all(n.status == "COUNTEREXAMPLE" for n in self.necessity)
 
@@ -61,7 +66,10 @@ def run_one(theorem: str, semantics: str, timeout_s: float, necessity: bool) -> 
             rest = [q for q in thm.preconditions if q != p]
             w = check(theorem, semantics, int(timeout_s * 1000), assumed=rest)
             needs.append(Necessity(p, w.status, w.counterexample, time.monotonic() - t0))
-    return Row(theorem, semantics, v, expected, tuple(needs))
+    wit = None
+    if v.status == "PROVED":
+        wit = witness(theorem, get_semantics(semantics), thm.preconditions)
+    return Row(theorem, semantics, v, expected, tuple(needs), wit)
 
 
 def _scenario_name(row: Row, suffix: str = "") -> str:
@@ -87,6 +95,10 @@ def row_json(row: Row) -> dict[str, Any]:
             for p in THEOREMS[row.theorem].preconditions
         ],
         "counterexample": row.verdict.counterexample,
+        "witness": None if row.witness is None else {
+            "found": row.witness.found, "hit": row.witness.hit,
+            "valid_hit": row.witness.valid_hit, "note": row.witness.note,
+            "scenario": row.witness.scenario},
     }
 
 
@@ -124,6 +136,13 @@ def write_report(rows: Sequence[Row], out: Path) -> None:
                       f"(expected {r.expected})")
             if r.verdict.note:
                 md.append(f"\n{r.verdict.note}")
+            if r.witness is not None:
+                w = r.witness
+                what = (f"a valid hit of {w.valid_hit}" if w.valid_hit is not None
+                        else f"a hit of {w.hit} that restores a Mamba state")
+                md.append(f"\nNot vacuous: witness with {what}, replayed through model/ "
+                          f"(`{json.dumps(w.scenario, sort_keys=True)}`)." if w.found
+                          else f"\nNO WITNESS: {w.note}")
             if r.verdict.counterexample:
                 base = _scenario_name(r)
                 (out / "counterexamples" / f"{base}.json").write_text(
@@ -169,4 +188,6 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
                   flush=True)
             if r.verdict.note and not r.matches:
                 print(f"    {r.verdict.note}", file=sys.stderr, flush=True)
+            if r.witness is not None and not r.witness.found:
+                print(f"    no witness: {r.witness.note}", file=sys.stderr, flush=True)
     return rows

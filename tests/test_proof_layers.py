@@ -12,21 +12,27 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 import z3
 
+import proofs.check as check_mod
+import proofs.layers as layers
 import proofs.lemmas as lemmas
+import proofs.theorems as theorems
 from model.evaluate import evaluate
 from model.layout import cdiv
 from model.scenario import Group, Scenario
 from model.semantics import get_semantics
 from proofs import abstract
-from proofs.check import proof_queries
+from proofs.check import Verdict, proof_queries
 from proofs.encoding import FA
 from proofs.layers import KINDS, lemma_turn
-from proofs.theorems import THEOREMS
+from proofs.report import Row
+from proofs.theorems import THEOREMS, Context
+from proofs.witness import witness
 
 LAYOUTS = {
     "pure Mamba": ("mamba",),
@@ -124,3 +130,38 @@ def test_sabotage_unguarded_post_turns_red(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setitem(lemmas.LEMMAS, "post", replace(lemmas.LEMMAS["post"], fact=unguarded))
     assert _check(lemma_turn(sem, (), "post", "full_attention")) == z3.sat
+
+
+def _strengthened(orig: Callable[[Context, z3.ArithRef], z3.BoolRef], how: str
+                  ) -> Callable[[Context, z3.ArithRef], z3.BoolRef]:
+    def valid(ctx: Context, h: z3.ArithRef) -> z3.BoolRef:
+        extra = h > ctx.cfg.prompt if how == "vacuous" else h <= ctx.d.obs[0]
+        return z3.And(orig(ctx, h), extra)
+    return valid
+
+
+def test_sabotage_vacuous_valid_hit_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A valid_hit no hit satisfies proves maximality vacuously: the witness query
+    finds no valid hit, and the row no longer matches its expectation."""
+    sem = get_semantics("vllm-0.24.0")
+    pre = THEOREMS["maximality"].preconditions
+    w = witness("maximality", sem, pre)
+    assert w.found and w.valid_hit
+    proved = Verdict("PROVED", 0.0)
+    assert Row("maximality", sem.name, proved, "holds", (), w).matches
+    monkeypatch.setattr(theorems, "valid_hit", _strengthened(theorems.valid_hit, "vacuous"))
+    w = witness("maximality", sem, pre, 20_000)
+    assert not w.found
+    assert not Row("maximality", sem.name, proved, "holds", (), w).matches
+
+
+@pytest.mark.theorems
+def test_sabotage_strengthened_valid_hit_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A satisfiable but stronger valid_hit (only hits of at most one block count) hides
+    the larger hits alt-round-num-hit gives away: maximality there is no longer the
+    counterexample the expectations declare."""
+    strong = _strengthened(theorems.valid_hit, "one block")
+    for mod in (theorems, layers, check_mod):
+        monkeypatch.setattr(mod, "valid_hit", strong)
+    v = check_mod.check("maximality", "alt-round-num-hit", 120_000)
+    assert v.status != "COUNTEREXAMPLE"
