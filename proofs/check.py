@@ -180,11 +180,35 @@ def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
     return queries
 
 
+# queries proved unsatisfiable in this process, shared across theorems: a lemma by
+# (semantics, assumed, name) (one proved with fewer preconditions holds with more), a
+# loop obligation by (maximal, quiet, name) (it does not depend on the semantics)
+_PROVED: set[tuple[object, ...]] = set()
+
+
+def _keys(thm: Theorem, sem: Semantics, assumed: Sequence[str], name: str
+          ) -> tuple[tuple[object, ...], list[tuple[object, ...]]]:
+    """The cache key a proof of query ``name`` is stored under, and the keys whose
+    proof also proves it."""
+    if name.startswith("lemma"):
+        key: tuple[object, ...] = ("lemma", sem.name, tuple(sorted(assumed)), name)
+        return key, [key, ("lemma", sem.name, (), name)]
+    if name.startswith("loop:"):
+        key = ("loop", thm.name == "maximality", "nothing-deferred-or-loading" in assumed,
+               name)
+        return key, [key]
+    key = ("final", thm.name, sem.name, tuple(sorted(assumed)), name)
+    return key, [key]
+
+
 def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
           ) -> tuple[str, str]:
     """('PROVED' | 'FAILED' | 'UNKNOWN', which obligation) for ``thm`` under ``assumed``."""
     deadline = time.monotonic() + timeout_ms / 1000
     for name, build in proof_queries(thm, sem, assumed):
+        key, known = _keys(thm, sem, assumed, name)
+        if any(k in _PROVED for k in known):
+            continue
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
             return "UNKNOWN", f"{name}: out of time"
@@ -202,6 +226,7 @@ def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
             return "FAILED", name
         if res == z3.unknown:
             return "UNKNOWN", f"{name}: solver returned unknown"
+        _PROVED.add(key)
     return "PROVED", ""
 
 
