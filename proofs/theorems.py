@@ -249,8 +249,8 @@ class Theorem:
     split: bool = False
     # split further: the loaded blocks lie within the confirmed ones (arithmetic only)
     containment: bool = False
-    # per semantics: expected to hold over every layout and request the release accepts
-    # (no precondition but the engine's request rules, RUNTIME); None: as ``expected``
+    # per semantics: expected to hold over every layout the release's start-up checks
+    # accept (no precondition); None: as ``expected``
     accepted: dict[str, bool] | None = None
 
     def holds_over_accepted(self, semantics: str) -> bool:
