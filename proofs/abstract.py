@@ -32,9 +32,10 @@ from dataclasses import dataclass, replace
 
 import z3
 
+from proofs.encoding import NEXT_ALL as ALL
+from proofs.encoding import NEXT_NONE as NONE
+from proofs.encoding import NEXT_SW as SW
 from proofs.lemmas import Turn, fact
-
-NONE, ALL, SW = 0, 1, 2  # lookup_groups scheduled for the next pass
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def _in(lp: Loop, g: z3.ArithRef) -> z3.BoolRef:
 
 def group_facts(lp: Loop, g: z3.ArithRef, ys: list[z3.ArithRef]) -> list[z3.BoolRef]:
     """What holds of every group, used at group ``g`` (and its OK facts at ``ys``)."""
-    out = [z3.Implies(_in(lp, g), z3.And(lp.obs(g) >= 1, fact(
+    out = [z3.Implies(_in(lp, g), z3.And(fact("block-positive", lp.obs(g)), fact(
         "cap-on-block", lp.cap(g), lambda y: lp.mul(g, y))))]
     full = z3.And(0 <= g, g < lp.f)
     for a in ys:

@@ -89,6 +89,8 @@ def lemma_turn(sem: Semantics, assumed: Sequence[str], name: str, kind: str,
         claim = fact(name, t)
     elif name == "cut-on-block":
         claim = fact(name, t.cut, partial(_on_block, enc, d.obs[0]))
+    elif name == "block-positive":
+        claim = fact(name, d.obs[0])
     elif name == "cap-on-block":
         claim = fact(name, d.cap[0], partial(_on_block, enc, d.obs[0]))
     else:  # keeps: with a valid hit h* and max hit >= nc + h*, the turn finds a hit and
@@ -232,7 +234,8 @@ ARITHMETIC: list[Query] = [
 def lemma_queries(sem: Semantics, assumed: Sequence[str], maximal: bool) -> list[Query]:
     """Every fact of ``proofs.lemmas`` the abstract loop assumes, for every kind."""
     out: list[Query] = list(ARITHMETIC)
-    turn_facts = ["post", "no-hit-not-deferred", "cut-on-block", "cap-on-block"]
+    turn_facts = ["post", "no-hit-not-deferred", "cut-on-block", "cap-on-block",
+                  "block-positive"]
     if maximal:
         turn_facts.append("keeps")
     for k in KINDS:

@@ -67,9 +67,15 @@ def _below_m0(hit_end: z3.ArithRef, m0: z3.ArithRef) -> z3.BoolRef:
     return hit_end <= m0
 
 
+def _positive(obs: z3.ArithRef) -> z3.BoolRef:
+    return obs >= 1
+
+
 LEMMAS: dict[str, Lemma] = {
     lem.name: lem
     for lem in (
+        Lemma("block-positive", "every group's offloaded block size is at least 1",
+              _positive),
         Lemma("post", "a turn that neither defers nor stops leaves OK_g at the new max hit",
               _post),
         Lemma("keeps", "a turn never takes max_hit_size_tokens below a valid larger hit, "

@@ -28,7 +28,16 @@ from model.scenario import Group, Scenario
 from model.semantics import get_semantics
 from proofs import abstract
 from proofs.check import Verdict, proof_queries
-from proofs.encoding import FA
+from proofs.encoding import (
+    FA,
+    Enc,
+    derive,
+    fresh_state,
+    group_step,
+    startup,
+    symbolic_config,
+    symbolic_env,
+)
 from proofs.layers import KINDS, lemma_turn
 from proofs.report import Row
 from proofs.theorems import THEOREMS, Context
@@ -111,7 +120,8 @@ def test_every_assumption_has_its_lemma() -> None:
     sem = get_semantics("vllm-0.24.0")
     names = {n for n, _ in proof_queries(THEOREMS["maximality"], sem, ())}
     for a in lemmas.ASSUMED:
-        if a in ("post", "no-hit-not-deferred", "cut-on-block", "cap-on-block", "keeps"):
+        if a in ("post", "no-hit-not-deferred", "cut-on-block", "cap-on-block", "keeps",
+                 "block-positive"):
             assert all(f"lemma {a} ({k})" in names for k in KINDS), a
         elif a == "valid-bounds":
             assert all(f"lemma {a} ({k})" in names for k in KINDS)
@@ -164,3 +174,30 @@ def test_sabotage_strengthened_valid_hit_turns_red(monkeypatch: pytest.MonkeyPat
     assert not THEOREMS["maximality"].expected["alt-round-num-hit"]
     v = check_mod.check("maximality", "alt-round-num-hit", 120_000)
     assert v.status == "PROVED"  # against the declared "fails": red
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_abstract_turn_is_the_exact_turn(kind: str) -> None:
+    """The abstract loop's turn (proofs.abstract.turn) restates group_step's control
+    flow over per-group symbols: with its lookup bound to the exact lookup's outcome,
+    it computes the same next state (pinned by an unsatisfiable query)."""
+    sem = get_semantics("vllm-0.24.0")
+    enc = Enc()
+    cfg = symbolic_config((kind,))
+    d = derive(enc, cfg, sem, symbolic_env())
+    st = fresh_state(enc, 1, "pre")
+    exact, info = group_step(enc, cfg, d, st, 0)
+    lp = abstract.loop(False, False)
+    s = abstract.fresh("s")
+    after, _ = abstract.turn(lp, s, "t")
+    out = info.outcome
+    bind = [lp.obs(s.k) == d.obs[0], lp.cap(s.k) == d.cap[0], s.k == 0,
+            lp.f == (1 if kind == FA else 0), lp.nc == cfg.computed, s.m == st.m,
+            s.num_hit == st.num_hit,
+            s.defer == st.defer, s.looked == st.looked, s.next == st.next,
+            z3.Bool("t_deferred") == out.deferred, z3.Bool("t_no_hit") == out.no_hit,
+            z3.Int("t_cut") == out.cut, startup(cfg, sem)]
+    same = z3.And(after.halted == exact.halted, z3.Implies(z3.Not(exact.halted), z3.And(
+        after.m == exact.m, after.num_hit == exact.num_hit, after.defer == exact.defer,
+        after.looked == exact.looked, after.next == exact.next)))
+    assert _check(enc.cons + bind + [z3.Not(same)]) == z3.unsat
