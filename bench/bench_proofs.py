@@ -1,6 +1,6 @@
 """Wall and CPU time of the full proofs run and of the main theorem, against the targets.
 
-    python bench/bench_proofs.py [--baseline DIR] [--jobs N] [--timeout S]
+    python bench/bench_proofs.py [--tree DIR] [--baseline DIR] [--jobs N] [--timeout S]
 
 Runs, in this tree and (with --baseline) in another checkout of the project side by side
 in the same invocation (e.g. --baseline /work/main for today's code):
@@ -83,16 +83,19 @@ def main() -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--baseline", type=Path, metavar="DIR",
                    help="another checkout measured the same way (today's code)")
+    p.add_argument("--tree", type=Path, default=ROOT, metavar="DIR",
+                   help="the checkout to measure (default: this one)")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--timeout", type=float, default=3600.0, metavar="S")
     args = p.parse_args()
-    trees = [("this tree", ROOT)]
+    trees = [("measured", args.tree.resolve())]
     if args.baseline is not None:
-        if not (args.baseline / "proofs" / "__main__.py").is_file():
-            print(f"--baseline: {args.baseline} is not a checkout of this project",
-                  file=sys.stderr)
-            return 2
         trees.append(("baseline", args.baseline.resolve()))
+    for label, tree in trees:
+        if not (tree / "proofs" / "__main__.py").is_file():
+            print(f"--{'tree' if label == 'measured' else 'baseline'}: {tree} is not a "
+                  f"checkout of this project", file=sys.stderr)
+            return 2
     print(f"cores: {os.cpu_count()}, jobs: {args.jobs}", flush=True)
     for label, tree in trees:
         r = measure(tree, args.jobs, args.timeout)
