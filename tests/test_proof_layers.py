@@ -41,7 +41,8 @@ from proofs.encoding import (
 from proofs.layers import KINDS, lemma_turn
 from proofs.report import Row
 from proofs.theorems import THEOREMS, Context
-from proofs.witness import witness
+from proofs.witness import Witness
+from proofs.witness import _query as witness_query
 
 LAYOUTS = {
     "pure Mamba": ("mamba",),
@@ -151,17 +152,19 @@ def _strengthened(orig: Callable[[Context, z3.ArithRef], z3.BoolRef]
 
 def test_sabotage_vacuous_valid_hit_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
     """A valid_hit no hit satisfies proves maximality vacuously: the witness query
-    finds no valid hit, and the row no longer matches its expectation."""
+    (here at block size 2, one pass) finds no valid hit any more, and a
+    PROVED row without a witness does not match its expectation."""
     sem = get_semantics("vllm-0.24.0")
     pre = THEOREMS["maximality"].preconditions
-    w = witness("maximality", sem, pre)
-    assert w.found and w.valid_hit
+    solver, *_ = witness_query(sem, pre, True, 2, 1, 1)
+    assert solver.check() == z3.sat
     proved = Verdict("PROVED", 0.0)
-    assert Row("maximality", sem.name, proved, "holds", (), w).matches
+    found = Witness(True, 0.0, valid_hit=1)
+    assert Row("maximality", sem.name, proved, "holds", (), found).matches
     monkeypatch.setattr(theorems, "valid_hit", _strengthened(theorems.valid_hit))
-    w = witness("maximality", sem, pre, 20_000)
-    assert not w.found
-    assert not Row("maximality", sem.name, proved, "holds", (), w).matches
+    solver, *_ = witness_query(sem, pre, True, 2, 1, 1)
+    assert solver.check() == z3.unsat
+    assert not Row("maximality", sem.name, proved, "holds", (), Witness(False, 0.0)).matches
 
 
 @pytest.mark.theorems
