@@ -21,6 +21,7 @@ import z3
 
 import proofs.theorems as theorems
 from model.evaluate import evaluate
+from model.layout import Layout
 from model.maximality import is_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import Semantics
@@ -117,7 +118,7 @@ def replay(scenario: dict[str, Any], hit: int, valid: int | None) -> str:
     """'' if ``model/`` shows the same run, else what differs."""
     s = parse_scenario(scenario)
     o = evaluate(s)
-    if o.refused or o.layout is None:
+    if o.refused or not isinstance(o.layout, Layout):  # the encoding covers SEMANTICS
         return f"model refuses it: {o.refused}"
     if o.hit_tokens != hit:
         return f"model gives hit {o.hit_tokens}, Z3 {hit}"
