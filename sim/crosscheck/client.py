@@ -32,7 +32,10 @@ class RealScheduler:
     ``semantics``: the model semantics the real side stands for: ``vllm-X`` (default) or
     an alt semantics whose fix the harness applies (``mapping.REAL_FIXES``)."""
 
-    def __init__(self, version: str, semantics: str | None = None) -> None:
+    def __init__(self, version: str, overlay: Path | None = None,
+                 semantics: str | None = None) -> None:
+        """``overlay``: a directory from ``tree.build_overlay``, put first on the
+        harness's ``PYTHONPATH``; no bytecode is written (the release's env stays as is)."""
         self.version = version
         self.semantics = semantics or semantics_for(version)
         self.fix = fix_for(version, self.semantics)
@@ -40,6 +43,9 @@ class RealScheduler:
         env = dict(os.environ, PYTHONHASHSEED="0", VLLM_LOGGING_LEVEL="ERROR",
                    TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="",
                    CROSSCHECK_FIX=self.fix or "")
+        if overlay is not None:
+            env["PYTHONPATH"] = str(overlay)
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
         self._log: IO[str] = tempfile.NamedTemporaryFile(
             "w+", prefix=f"crosscheck-{version}-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
@@ -49,6 +55,10 @@ class RealScheduler:
         info = self._call({"op": "info"})
         if info.get("version") != version or info.get("fix") != self.fix:
             raise HarnessError(f"harness for {version} (fix {self.fix}) reports {info!r}")
+        self.scheduler_file: str = info.get("scheduler_file", "")
+        if overlay is not None and not self.scheduler_file.startswith(str(overlay)):
+            raise HarnessError(f"the overlay {overlay} was not imported "
+                               f"(scheduler from {self.scheduler_file})")
 
     def _call(self, msg: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
