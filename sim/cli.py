@@ -7,9 +7,10 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import NoReturn
 
+from model.args import bounded_int, output_dir
+from model.scenario import MAX_GROUPS, MAX_TOKENS
 from model.semantics import SEMANTICS
 from sim.config import EngineConfig
 from sim.report import table, write_report
@@ -27,16 +28,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message.splitlines()[0])
 
 
-def _positive(minimum: int = 1) -> Callable[[str], int]:
-    def conv(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if v < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {v}")
-        return v
-    return conv
+def _positive(minimum: int = 1, maximum: int = MAX_TOKENS,
+              why: str = "scenario.MAX_TOKENS, beyond any max_model_len") -> Callable[[str], int]:
+    return bounded_int(minimum, maximum, why)
 
 
 def _range_arg() -> Callable[[str], tuple[int, int]]:
@@ -46,21 +40,24 @@ def _range_arg() -> Callable[[str], tuple[int, int]]:
             lo, hi = (int(parts[0]), int(parts[-1])) if len(parts) <= 2 else (0, -1)
         except ValueError:
             lo, hi = 0, -1
-        if lo < 1 or hi < lo:
-            raise argparse.ArgumentTypeError(f"expected A-B with 1 <= A <= B, got {text!r}")
+        if lo < 1 or hi < lo or hi > 1_000_000:
+            raise argparse.ArgumentTypeError(
+                f"expected A-B with 1 <= A <= B <= 1,000,000 steps, got {text[:40]!r}")
         return lo, hi
     return conv
 
 
 def _engine_flags(p: argparse.ArgumentParser, default_gpu: int) -> None:
     p.add_argument("--block-size", type=_positive(), default=16)
-    p.add_argument("--attention-groups", type=_positive(0), default=0,
+    p.add_argument("--attention-groups", type=_positive(0, MAX_GROUPS - 1, "scenario.MAX_GROUPS"),
+                   default=0,
                    help="full-attention groups beside the Mamba group (default 0: pure Mamba)")
     p.add_argument("--gpu-blocks", type=_positive(), default=default_gpu)
     p.add_argument("--cpu-blocks", type=_positive(), default=32768)
     p.add_argument("--max-num-batched-tokens", type=_positive(),
                    default=2048)
-    p.add_argument("--max-num-seqs", type=_positive(), default=128)
+    p.add_argument("--max-num-seqs", type=_positive(1, 1_000_000, "a million sequences"),
+                   default=128)
     p.add_argument("--long-prefill-token-threshold",
                    type=_positive(0), default=0)
     p.add_argument("--store-latency", type=_range_arg(), default=(2, 8),
@@ -92,11 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     run = sub.add_parser("run", help="simulate a workload under several semantics")
     run.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
-    run.add_argument("--requests", type=_positive(), required=True)
+    run.add_argument("--requests", type=_positive(1, 10_000_000, "ten million requests"),
+                     required=True)
     run.add_argument("--semantics", required=True, help="comma-separated names")
-    run.add_argument("--seed", type=_positive(0), default=0)
-    run.add_argument("--report", type=Path, default=None, help="write JSON and PNG here")
-    run.add_argument("--jobs", type=_positive(), default=None,
+    run.add_argument("--seed", type=_positive(0, 2**63 - 1, "a 64-bit seed"), default=0)
+    run.add_argument("--report", type=output_dir, default=None,
+                     help="write JSON and PNG here")
+    run.add_argument("--jobs", type=_positive(1, 64, "64 processes"), default=None,
                      help="processes (default: min(#semantics, #cpus))")
     run.add_argument("--no-progress", action="store_true")
     run.add_argument("--verify-clean", action="store_true",
