@@ -36,7 +36,25 @@ def main(argv: list[str] | None = None) -> int:
                    help="pairs checked at once, in separate processes (default 2)")
     p.add_argument("--no-necessity", action="store_true",
                    help="skip showing each precondition necessary")
+    p.add_argument("--mutants", action="store_true",
+                   help="check which theorem, test or cross-check kills each mutant of the "
+                        "vllm-0.24.0 lookup (proofs/mutants.py) instead")
+    p.add_argument("--mutant", nargs="+", default=None, metavar="NAME",
+                   help="with --mutants: only these")
+    p.add_argument("--all-checks", action="store_true",
+                   help="with --mutants: also run the tests and cross-check on mutants a "
+                        "theorem already killed")
     args = p.parse_args(argv)
+    if args.mutants or args.mutant:
+        from proofs.mutation import all_names, run
+
+        names = args.mutant or all_names()
+        unknown = [n for n in names if n not in all_names()]
+        if unknown or not args.mutants:
+            p.error(f"argument --mutant: unknown name {unknown[0]!r} (known: see "
+                    "proofs/mutants.py)" if unknown else "argument --mutant: needs --mutants")
+        timeout = args.timeout if "--timeout" in (argv or sys.argv) else 120.0
+        return run(names, timeout, args.jobs, args.all_checks)
     for name in args.semantics:
         if name not in SEMANTICS:
             print(f"--semantics: unknown name {name!r} (known: {', '.join(SEMANTICS)})",
