@@ -30,6 +30,7 @@ from model.scenario import (
     decode_json,
     parse_scenario,
 )
+from tests.replay import remember
 
 ROOT = Path(__file__).resolve().parent.parent
 VALID: dict[str, Any] = {
@@ -85,6 +86,7 @@ def one_line(msg: str) -> bool:
 @settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 @given(hostile_scenarios())
 def test_loader_refuses_or_evaluates_quickly(raw: Any) -> None:
+    remember(raw if isinstance(raw, dict) else {"raw": raw})
     t0 = time.monotonic()
     try:
         s = parse_scenario(raw)

@@ -1,0 +1,44 @@
+"""Cases that close the gaps surviving mutants of the vllm-0.24.0 lookup showed
+(``python -m proofs --mutants``): each pins a step no other test or theorem pinned."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from model.citations import cite
+from model.evaluate import evaluate
+from model.scenario import parse_scenario
+
+
+def scenario(prompt: int, computed: int, groups: list[dict[str, Any]], factor: int = 2,
+             semantics: str = "vllm-0.24.0") -> Any:
+    return parse_scenario({"semantics": semantics, "block_size_factor": factor,
+                           "prompt_tokens": prompt, "num_computed_tokens": computed,
+                           "groups": groups})
+
+
+def test_key_clamp_gives_zero_not_deferral() -> None:
+    # scheduler.py:504: max_hit_size_tokens = min(.., num_keys * obs) = 32, then 32 - 16 is
+    # less than one 32-token offloaded block: 0 at once, the deferred block never asked
+    s = scenario(50, 16, [{"kind": "full_attention", "gpu_block_size": 16, "stored": "all",
+                           "deferred": [0]}])
+    o = evaluate(s)
+    assert o.hit_tokens == 0 and o.lookups == ()
+
+
+def test_start_block_rounds_down() -> None:
+    # scheduler.py:527: start_block_idx = 16 // 32 = 0, so block 0 (missing) is looked up
+    # and the hit is 0; rounding up would skip it, hit 80 tokens and load block 0 unstored
+    s = scenario(100, 16, [{"kind": "full_attention", "gpu_block_size": 16,
+                            "stored": [1, 2]}])
+    o = evaluate(s)
+    assert o.lookups == ((0, 0),) and o.hit_tokens == 0 and not o.violations
+
+
+def test_factor_needs_one_gpu_block_size() -> None:
+    # base.py:507 alone refuses this layout: the hash block size (gcd 16) divides both
+    groups = [{"kind": "full_attention", "gpu_block_size": 16, "stored": "all"},
+              {"kind": "full_attention", "gpu_block_size": 32, "stored": "all"}]
+    o = evaluate(scenario(128, 0, groups))
+    assert o.refused is not None and cite("0.24.0", "same_block_size") in o.refused
+    assert evaluate(scenario(128, 0, groups, factor=1)).refused is None
