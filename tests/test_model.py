@@ -275,4 +275,4 @@ def test_work_is_bounded_by_listed_blocks_not_prompt() -> None:
     raw["groups"][1]["stored"] = "all"
     o = evaluate(parse_scenario(raw))
     assert o.hit_tokens == MAX_TOKENS - 1 and len(o.loads[0].blocks) == MAX_TOKENS - 1
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 5.0
