@@ -17,6 +17,14 @@ from model.explain import explain
 from model.scenario import Scenario, ScenarioError, iter_scenario_paths, load_scenario_file
 from model.semantics import SEMANTICS
 
+LIST_LIMIT = 65536  # longer loads print as {"first": a, "stop": b}: bounded output
+
+
+def _blocks_json(blocks: range) -> Any:
+    if len(blocks) <= LIST_LIMIT:
+        return list(blocks)
+    return {"first": blocks.start, "stop": blocks.stop}
+
 
 def outcome_json(name: str, o: Outcome) -> dict[str, Any]:
     if o.refused:
@@ -26,7 +34,8 @@ def outcome_json(name: str, o: Outcome) -> dict[str, Any]:
         "semantics": o.semantics,
         "hit_tokens": o.hit_tokens,
         "loads": [
-            {"group": ld.group, "blocks": list(ld.blocks), "state_position": ld.state_position}
+            {"group": ld.group, "blocks": _blocks_json(ld.blocks),
+             "state_position": ld.state_position}
             for ld in o.loads
         ],
         "violations": [{"invariant": v.invariant, "message": v.message} for v in o.violations],

@@ -60,9 +60,9 @@ def token_line(s: Scenario, o: Outcome) -> list[str]:
         lines.append(f"{_group_label(g, i, obs):<{pad}}" + "".join(row))
         if load is not None and load.blocks:
             lrow = [" "] * cols
+            first, stop = load.blocks[0], load.blocks[-1] + 1
             for c in range(cols):  # a column per `scale` tokens, not a step per block
-                if any(b in load.blocks for b in range(c * scale // obs,
-                                                       cdiv((c + 1) * scale, obs))):
+                if c * scale // obs < stop and first < cdiv((c + 1) * scale, obs):
                     lrow[c] = "^"
             if load.state_position is not None:
                 c = min(cols - 1, max(0, load.state_position // scale - 1))

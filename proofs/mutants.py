@@ -284,3 +284,44 @@ def applied(name: str | None) -> Iterator[Mutant | None]:
     finally:
         for mod, attr, old in reversed(undo):
             setattr(mod, attr, old)
+
+
+# ---- equivalent mutants: a Z3 proof that the mutated step computes the same value -------
+
+
+def _num_blocks_key_min() -> tuple[str, Any]:
+    """scheduler.py:504-524: after ``m = min(m0, keys * obs)`` the query end ``q`` is ``m``
+    or (EAGLE window) ``min(m + obs, keys * obs)``; then ``cdiv(q, obs) <= keys`` and the
+    ``min(.., keys)`` never binds, for every size."""
+    import z3
+
+    m0, keys, obs, c = z3.Ints("m0 keys obs c")
+    eagle = z3.Bool("eagle")
+    m = z3.If(m0 < keys * obs, m0, keys * obs)
+    q = z3.If(eagle, z3.If(m + obs < keys * obs, m + obs, keys * obs), m)
+    cdiv_q = c  # c = cdiv(q, obs): (c - 1) * obs < q <= c * obs
+    claim = z3.Implies(
+        z3.And(obs >= 1, keys >= 0, (c - 1) * obs < q, q <= c * obs),
+        z3.If(c < keys, c, keys) == cdiv_q)
+    return ("min(cdiv(q, obs), num_keys) == cdiv(q, obs) wherever the lookup computes it",
+            claim)
+
+
+EQUIVALENCES = {
+    "num-blocks-key-min-dropped": _num_blocks_key_min,
+}
+
+
+def prove_equivalent(name: str, timeout_ms: int = 30_000) -> str | None:
+    """'PROVED: ...' when Z3 proves the mutant equivalent, 'NOT PROVED: ...' otherwise;
+    None when the catalogue claims no equivalence."""
+    if name not in EQUIVALENCES:
+        return None
+    import z3
+
+    words, claim = EQUIVALENCES[name]()
+    s = z3.Solver()
+    s.set("timeout", timeout_ms)
+    s.add(z3.Not(claim))
+    r = s.check()
+    return f"{'PROVED' if r == z3.unsat else 'NOT PROVED (' + str(r) + ')'}: {words}"
