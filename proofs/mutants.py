@@ -231,8 +231,9 @@ BY_NAME = {m.name: m for m in MUTANTS}
 
 
 def _rebind(old: Any, new: Any) -> list[tuple[Any, str, Any]]:
-    """Point every project module's name for ``old`` at ``new``; return what to undo."""
-    undo = []
+    """Point every project module's name for ``old`` at ``new``, and every default
+    argument that holds it (``lookup=exact_lookup``); return what to undo."""
+    undo: list[tuple[Any, str, Any]] = []
     for mod in list(sys.modules.values()):
         name = getattr(mod, "__name__", "")
         if not name.startswith(("model", "proofs", "sim", "tests", "test_")):
@@ -241,6 +242,10 @@ def _rebind(old: Any, new: Any) -> list[tuple[Any, str, Any]]:
             if value is old:
                 undo.append((mod, attr, old))
                 setattr(mod, attr, new)
+            elif isinstance(value, FunctionType) and value.__defaults__ and any(
+                    d is old for d in value.__defaults__):
+                undo.append((value, "__defaults__", value.__defaults__))
+                value.__defaults__ = tuple(new if d is old else d for d in value.__defaults__)
     return undo
 
 
