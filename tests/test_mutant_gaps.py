@@ -42,3 +42,12 @@ def test_factor_needs_one_gpu_block_size() -> None:
     o = evaluate(scenario(128, 0, groups))
     assert o.refused is not None and cite("0.24.0", "same_block_size") in o.refused
     assert evaluate(scenario(128, 0, groups, factor=1)).refused is None
+
+
+def test_hit_shrunk_below_one_block_is_zero() -> None:
+    # scheduler.py:562: block 0 (32 tokens) is the only hit; 32 - 16 computed = 16 tokens
+    # is less than one offloaded block, so the answer is 0, not a 16-token hit
+    s = scenario(100, 16, [{"kind": "full_attention", "gpu_block_size": 16, "stored": [0]}])
+    o = evaluate(s)
+    assert o.hit_tokens == 0 and o.lookup is not None
+    assert "shrank below one offloaded block" in o.lookup.reason
