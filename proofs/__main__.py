@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown or not args.mutants:
             p.error(f"argument --mutant: unknown name {unknown[0]!r} (known: see "
                     "proofs/mutants.py)" if unknown else "argument --mutant: needs --mutants")
-        timeout = args.timeout if "--timeout" in (argv or sys.argv) else 120.0
+        timeout = args.timeout if "--timeout" in (argv or sys.argv) else 300.0
         return run(names, timeout, args.jobs, args.all_checks)
     for name in args.semantics:
         if name not in SEMANTICS:

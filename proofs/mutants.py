@@ -158,7 +158,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("deferred-returned-as-hit", "a deferred lookup answers its hit instead of None",
            (_e(L, "lookup", "if defer_lookup:  # scheduler.py:582", "if False:  # :582"),),
            (_e(E, "result_of", "z3.Or(st.defer, z3.And(cfg.prefix_caching",
-               "z3.Or(False, z3.And(cfg.prefix_caching"),),
+               "z3.Or(False, z3.And(cfg.prefix_caching"),
+            # the abstract loop's summary then has to hold for deferred ends as well
+            _e("proofs.abstract", "summary",
+               "z3.Implies(z3.And(z3.Not(st.halted), z3.Not(st.defer)), z3.And(facts))",
+               "z3.Implies(z3.Not(st.halted), z3.And(facts))")),
            "loads-stored-only"),
     Mutant("deferred-counts-as-miss", "the prefix lookup stops at a deferred block",
            (_e(L, "_maximal_prefix_lookup", "_runs(blocks, g.stored, g.deferred, frozenset())",

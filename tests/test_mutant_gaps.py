@@ -51,3 +51,14 @@ def test_hit_shrunk_below_one_block_is_zero() -> None:
     o = evaluate(s)
     assert o.hit_tokens == 0 and o.lookup is not None
     assert "shrank below one offloaded block" in o.lookup.reason
+
+
+def test_shrink_after_deferral_looks_at_every_group_again() -> None:
+    # scheduler.py:569: full attention defers (block 0); the Mamba group then shrinks the
+    # hit to 32, so every group is looked up again: full attention defers again -> None
+    s = scenario(64, 0, [{"kind": "full_attention", "gpu_block_size": 16, "stored": "all",
+                          "deferred": [0]},
+                         {"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
+                          "stored": [1]}], factor=1)
+    o = evaluate(s)
+    assert o.hit_tokens is None and o.lookup is not None and o.lookup.passes == 2
