@@ -179,20 +179,18 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("eagle-no-pop", "the volatile EAGLE block is not popped",
            (_e(L, "lookup", "num_hit_blocks -= 1", "num_hit_blocks -= 0"),),
            (_e(E, "exact_lookup", "popped = z3.If(unverified, r - 1, r)", "popped = r"),),
-           # maximality assumes no EAGLE group, and the others do not see the pop: tests
+           # a larger hit that keeps I1-I4: maximality (no-eagle scope) cannot see it; tests
            ),
     Mutant("eagle-pop-two", "two EAGLE blocks popped",
            (_e(L, "lookup", "num_hit_blocks -= 1", "num_hit_blocks -= 2"),),
            (_e(E, "exact_lookup", "popped = z3.If(unverified, r - 1, r)",
                "popped = z3.If(unverified, r - 2, r)"),),
-           # maximality assumes no EAGLE group, and the others do not see the pop: tests
-           ),
+           "loads-stored-only"),
     Mutant("eagle-window-plus-one-dropped", "an EAGLE window group needs only window hits",
            (_e(L, "lookup", "required_window = window + 1 if is_eagle_unverified else window",
                "required_window = window"),),
            (_e(E, "exact_lookup", "z3.If(unverified, win + 1, win)", "win"),),
-           # maximality assumes no EAGLE group, and the others do not see the pop: tests
-           ),
+           "loads-stored-only"),
     Mutant("eagle-verified-kept", "eagle_verified not cleared when the hit shrinks",
            (_e(L, "lookup", "                    eagle_verified.clear()  # scheduler.py:568",
                "                    pass"),),
