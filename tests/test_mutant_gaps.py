@@ -62,3 +62,20 @@ def test_shrink_after_deferral_looks_at_every_group_again() -> None:
                           "stored": [1]}], factor=1)
     o = evaluate(s)
     assert o.hit_tokens is None and o.lookup is not None and o.lookup.passes == 2
+
+
+def test_shrink_by_a_plain_group_re_verifies_eagle() -> None:
+    # scheduler.py:568: the Mamba group (not EAGLE) shrinks the hit to 13 blocks, which
+    # clears eagle_verified: in pass 2 the EAGLE window group again queries one block
+    # more ([0, 14)) and pops it; the hit is the same, the lookups are not
+    s = scenario(289, 0, [
+        {"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "none",
+         "stored": list(range(13))},
+        {"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 52,
+         "stored": "all", "eagle": True},
+        {"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 4,
+         "stored": "all", "eagle": True}], factor=1)
+    o = evaluate(s)
+    assert o.hit_tokens == 208 and o.lookup is not None
+    second = [(st.group, st.queried, st.note) for st in o.lookup.steps if st.pass_no == 2]
+    assert second[0] == (1, (0, 14), "EAGLE block popped")
