@@ -200,8 +200,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (_e(L, "_num_offload_keys", "num_tokens // cfg.offloaded_block_size",
                "num_tokens // cfg.gpu_block_size"),),
            (_e(E, "derive", 'enc.floordiv(cfg.prompt, obs[g], f"keys{g}")',
-               'enc.floordiv(cfg.prompt, cfg.gpu[g], f"keys{g}")'),),
-           "leaves-last-token"),
+               'enc.floordiv(cfg.prompt, cfg.gpu[g], f"keys{g}")'),)),
+    # (a hit past the last key keeps I1-I4: no theorem states it; a test pins the clamp)
     Mutant("window-gpu-block-size", "the window in GPU blocks, not offloaded blocks",
            (_e(LY, "resolve_layout", "_window_in_blocks(g.kind, g.sliding_window, obs)",
                "_window_in_blocks(g.kind, g.sliding_window, g.gpu_block_size)"),),
