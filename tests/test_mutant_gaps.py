@@ -79,3 +79,15 @@ def test_shrink_by_a_plain_group_re_verifies_eagle() -> None:
     assert o.hit_tokens == 208 and o.lookup is not None
     second = [(st.group, st.queried, st.note) for st in o.lookup.steps if st.pass_no == 2]
     assert second[0] == (1, (0, 14), "EAGLE block popped")
+
+
+def test_no_window_rerun_before_a_window_is_looked_up() -> None:
+    # scheduler.py:574: full-attention group 1 shrinks the hit before any sliding-window
+    # group was looked up in this pass, so no pass of window groups is scheduled: the
+    # window group comes later in the same pass (mutmut survivor: the flag set to True)
+    s = scenario(64, 0, [{"kind": "full_attention", "gpu_block_size": 16, "stored": "all"},
+                         {"kind": "full_attention", "gpu_block_size": 16, "stored": [0, 1]},
+                         {"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 16,
+                          "stored": "all"}], factor=1)
+    o = evaluate(s)
+    assert o.hit_tokens == 32 and o.lookup is not None and o.lookup.passes == 1
