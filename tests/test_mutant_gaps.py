@@ -91,3 +91,15 @@ def test_no_window_rerun_before_a_window_is_looked_up() -> None:
                           "stored": "all"}], factor=1)
     o = evaluate(s)
     assert o.hit_tokens == 32 and o.lookup is not None and o.lookup.passes == 1
+
+
+def test_early_zero_is_recorded_in_the_trace() -> None:
+    # the explanation (python -m model lookup --explain) shows the step that returned 0
+    # (mutmut survivors: every field of this Step record could be dropped unnoticed)
+    s = scenario(50, 16, [{"kind": "full_attention", "gpu_block_size": 16, "stored": "all"}])
+    o = evaluate(s)
+    assert o.lookup is not None and o.hit_tokens == 0
+    st = o.lookup.steps[-1]
+    assert (st.pass_no, st.group, st.max_hit_before, st.queried, st.num_hit_blocks,
+            st.max_hit_after, st.note) == (1, 0, 50, (0, 0), None, 32,
+                                           "less than one block left")
