@@ -124,8 +124,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("shrank-check-dropped", "no return 0 when the hit shrinks below one block",
            (_e(L, "lookup", "if new_num_hit_tokens < obs:  # scheduler.py:562",
                "if False:  # scheduler.py:562"),),
-           (_e(E, "group_step", "shrank = new_hit < obs", "shrank = z3.BoolVal(False)"),),
-           "whole-blocks"),
+           # the proofs lose whole-blocks (UNKNOWN within 300 s: the bounded search does
+           # not reach the factor-2 counterexample); a test kills it
+           (_e(E, "group_step", "shrank = new_hit < obs", "shrank = z3.BoolVal(False)"),)),
     Mutant("cut-off-by-one", "the hit ends one block past the last hit block",
            (_e(L, "lookup", "obs * (start_block_idx + num_hit_blocks)",
                "obs * (start_block_idx + num_hit_blocks + 1)"),),

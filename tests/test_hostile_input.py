@@ -83,7 +83,7 @@ def one_line(msg: str) -> bool:
     return bool(msg) and "\n" not in msg.strip() and "Traceback" not in msg
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(hostile_scenarios())
 def test_loader_refuses_or_evaluates_quickly(raw: Any) -> None:
     remember(raw if isinstance(raw, dict) else {"raw": raw})
@@ -103,7 +103,7 @@ def test_loader_refuses_or_evaluates_quickly(raw: Any) -> None:
     assert time.monotonic() - t0 < 5  # bounded by groups and listed blocks, not tokens
 
 
-@settings(max_examples=200)
+@settings(max_examples=100)
 @given(st.binary(max_size=200) | st.text(max_size=100).map(str.encode))
 def test_decode_json_only_refuses(data: bytes) -> None:
     try:
@@ -250,7 +250,7 @@ def test_cli_refuses_in_one_line(cli: str, argv: list[str], files: dict[str, Pat
         assert "error" in json.loads(out)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100)
 @given(st.text(max_size=30))
 def test_flag_converters_refuse_or_bound(text: str) -> None:
     for conv, lo, hi in ((bounded_int(1, 64), 1, 64), (bounded_float(0, 86400), 0, 86400)):
