@@ -9,21 +9,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from model.args import OneLineParser
 from model.evaluate import Outcome, evaluate
 from model.explain import explain
 from model.scenario import Scenario, ScenarioError, iter_scenario_paths, load_scenario_file
-from model.semantics import SEMANTICS
+from model.semantics import MODEL_SEMANTICS as SEMANTICS
 
 LIST_LIMIT = 65536  # longer loads print as {"first": a, "stop": b}: bounded output
 
 
-def _blocks_json(blocks: range) -> Any:
+def _blocks_json(blocks: Sequence[int]) -> Any:
     if len(blocks) <= LIST_LIMIT:
         return list(blocks)
-    return {"first": blocks.start, "stop": blocks.stop}
+    return {"first": blocks[0], "stop": blocks[-1] + 1}
 
 
 def outcome_json(name: str, o: Outcome) -> dict[str, Any]:

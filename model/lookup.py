@@ -93,12 +93,13 @@ def _maximal_prefix_lookup(mgr: _Manager, group: int, blocks: range) -> int | No
     # scheduler.py:388 (323): consecutive hits from the start; a deferred answer counts
     # as a hit so that the manager can start async lookups, but the result is None
     g = mgr.groups[group]
-    runs = _runs(blocks, g.stored, g.deferred, frozenset())
+    waiting = g.deferred | g.pending  # pending: 0.33.0 field, answered as deferred here
+    runs = _runs(blocks, g.stored, waiting, frozenset())
     hit_count = runs[0][1] if runs and runs[0][0] == 0 else 0
     if len(blocks):  # the hits, then the first miss (if any) are looked up
         mgr.segments.append((group, blocks.start,
                              blocks.start + min(hit_count + 1, len(blocks)), 1))
-    defer_lookup = _any_in(g.deferred, blocks.start, blocks.start + hit_count)
+    defer_lookup = _any_in(waiting, blocks.start, blocks.start + hit_count)
     return None if defer_lookup else hit_count
 
 
@@ -107,15 +108,16 @@ def _sliding_window_lookup(mgr: _Manager, group: int, blocks: range, window: int
     # return its end index within `blocks`; a run that reaches the start counts as is;
     # a deferred answer breaks a run (and defers the result)
     g = mgr.groups[group]
-    runs = _runs(blocks, g.stored, frozenset(), g.deferred)
+    waiting = g.deferred | g.pending  # pending: 0.33.0 field, answered as deferred here
+    runs = _runs(blocks, g.stored, frozenset(), waiting)
     for a, b in reversed(runs):
         if b - a >= window:
             idx = b - window  # the scan stops here, having looked up [idx, len)
             mgr.segments.append((group, blocks.stop - 1, blocks.start + idx - 1, -1))
-            return None if _any_in(g.deferred, blocks.start + idx, blocks.stop) else b
+            return None if _any_in(waiting, blocks.start + idx, blocks.stop) else b
     if len(blocks):
         mgr.segments.append((group, blocks.stop - 1, blocks.start - 1, -1))
-    if _any_in(g.deferred, blocks.start, blocks.stop):
+    if _any_in(waiting, blocks.start, blocks.stop):
         return None
     return runs[0][1] if runs and runs[0][0] == 0 else 0
 

@@ -13,8 +13,8 @@ reach are refused with the limit named:
   longer than ``max_model_len``, v1/engine/input_processor.py), so no request reaches it;
 - at most ``MAX_GROUPS`` = 512 groups: a KV-cache group holds at least one attention or
   Mamba layer, and no model vLLM serves has that many layers (Llama 3.1 405B has 126);
-- a block index at most ``prompt_tokens // offloaded block size``: the store's keys come
-  from the prompt's block hashes, so a block past the prompt is never looked up;
+- a block index at most ``prompt_tokens`` (a block holds at least one token): the store's
+  keys come from the prompt's block hashes, so a block past the prompt is never looked up;
 - a file at most ``MAX_FILE_BYTES`` (16 MiB) and JSON nested at most ``MAX_DEPTH`` deep.
 """
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model.semantics import SEMANTICS
+from model.semantics import MODEL_SEMANTICS as SEMANTICS
 
 KINDS = ("full_attention", "sliding_window", "mamba")
 MAMBA_MODES = ("none", "align", "all")
@@ -65,10 +65,17 @@ class Group:
     eagle: bool = False
     deferred: frozenset[int] = frozenset()
     being_loaded: frozenset[int] = frozenset()
+    # vllm-0.33.0 only (older releases have no such answer or key): blocks whose lookup
+    # answers HIT_PENDING, and partial-tail keys named by the token position they end at
+    pending: frozenset[int] = frozenset()
+    stored_tails: frozenset[int] = frozenset()
+    pending_tails: frozenset[int] = frozenset()
+    deferred_tails: frozenset[int] = frozenset()
 
     def answer(self, block: int) -> bool | None:
-        """What the offloading manager's ``lookup`` answers for this group's block."""
-        if block in self.deferred:
+        """What the offloading manager's ``lookup`` answers for this group's block
+        (releases before 0.33.0: a pending block is not ready, as a deferred one)."""
+        if block in self.deferred or block in self.pending:
             return None
         return self.holds(block)
 
@@ -95,6 +102,12 @@ class Scenario:
     mamba_block_size: int | None = None
     # cache_config.hash_block_size override (kv_cache_utils.py resolve_kv_cache_block_sizes)
     hash_block_size: int | None = None
+    # vllm-0.33.0 only: kv_connector_extra_config["blocks_per_chunk"] (offloaded block =
+    # blocks_per_chunk GPU blocks of each group), and the per-request caps: the scheduler's
+    # max_num_new_tokens argument and kv_transfer_params["max_load_tokens"]
+    blocks_per_chunk: int | None = None
+    max_num_new_tokens: int | None = None
+    max_load_tokens: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
     expect: Expect | None = field(default=None, compare=False)
 
@@ -114,7 +127,7 @@ class Field:
     """One JSON field: its type, bounds and default (``REQUIRED``: must be present)."""
 
     name: str
-    type: str  # int | bool | str | blocks | blocks_or_all | choice | any
+    type: str  # int | bool | str | blocks | blocks_or_all | tokens | choice | any
     default: Any = REQUIRED
     minimum: int = 0
     maximum: int = MAX_TOKENS
@@ -134,6 +147,9 @@ TOP_FIELDS: tuple[Field, ...] = (
     Field("in_flight_transfers", "bool", False),
     Field("mamba_block_size", "int", None, minimum=1),
     Field("hash_block_size", "int", None, minimum=1),
+    Field("blocks_per_chunk", "int", None, minimum=1),
+    Field("max_num_new_tokens", "int", None, minimum=0),
+    Field("max_load_tokens", "int", None, minimum=0),
     Field("description", "str", None),
     Field("expect", "any", None),
 )
@@ -147,6 +163,11 @@ GROUP_FIELDS: tuple[Field, ...] = (
     Field("eagle", "bool", False),
     Field("deferred", "blocks", frozenset()),
     Field("being_loaded", "blocks", frozenset()),
+    Field("pending", "blocks", frozenset()),
+    # token positions a partial-tail key ends at (vllm-0.33.0): at most prompt_tokens
+    Field("stored_tails", "tokens", frozenset()),
+    Field("pending_tails", "tokens", frozenset()),
+    Field("deferred_tails", "tokens", frozenset()),
 )
 EXPECT_FIELDS: tuple[Field, ...] = (
     Field("hit_tokens", "any", "any"),
@@ -170,8 +191,8 @@ def _blocks(value: Any, where: str, allow_all: bool, limit: int) -> frozenset[in
             raise ScenarioError(f"{where}: expected block indices >= 0{hint}, got {_show(v)}")
         if v > limit:
             raise ScenarioError(
-                f"{where}: block {v} lies past the prompt (at most prompt_tokens // "
-                f"offloaded block size = {limit}: the store's keys come from the prompt)")
+                f"{where}: block {v} lies past the prompt (at most prompt_tokens = {limit}: "
+                "the store's keys come from the prompt)")
     out = frozenset(value)
     if len(out) != len(value):
         raise ScenarioError(f"{where}: a block index is listed twice")
@@ -183,7 +204,8 @@ def _show(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _value(f: Field, obj: Mapping[str, Any], where: str, block_limit: int = 0) -> Any:
+def _value(f: Field, obj: Mapping[str, Any], where: str, block_limit: int = 0,
+           token_limit: int = MAX_TOKENS) -> Any:
     """The field's value from ``obj``, checked against its row (or its default)."""
     path = f"{where}{f.name}"
     if f.name not in obj or (obj[f.name] is None and f.default is None):
@@ -215,6 +237,8 @@ def _value(f: Field, obj: Mapping[str, Any], where: str, block_limit: int = 0) -
         return v
     if f.type in ("blocks", "blocks_or_all"):
         return _blocks(v, path, f.type == "blocks_or_all", block_limit)
+    if f.type == "tokens":
+        return _blocks(v, path, False, token_limit)
     return v
 
 
@@ -236,15 +260,14 @@ def _group(raw: Any, i: int, factor: int, prompt_tokens: int) -> Group:
     rows = {f.name: f for f in GROUP_FIELDS}
     kind = _value(rows["kind"], raw, where)
     values: dict[str, Any] = {"kind": kind}
-    gpu_block_size = _value(rows["gpu_block_size"], raw, where)
-    limit = prompt_tokens // (gpu_block_size * factor)
+    limit = prompt_tokens  # a block holds at least one token (0.33.0 counts chunks)
     for f in GROUP_FIELDS[1:]:
         if f.only_for is not None and f.only_for != kind:
             if f.name in raw:
                 raise ScenarioError(f"{where}{f.name}: only for kind {f.only_for}")
             values[f.name] = None
             continue
-        values[f.name] = _value(f, raw, where, limit)
+        values[f.name] = _value(f, raw, where, limit, prompt_tokens)
     return Group(**values)
 
 
@@ -293,6 +316,9 @@ def parse_scenario(raw: Any, semantics: str | None = None) -> Scenario:
         in_flight_transfers=top["in_flight_transfers"],
         mamba_block_size=top["mamba_block_size"],
         hash_block_size=top["hash_block_size"],
+        blocks_per_chunk=top["blocks_per_chunk"],
+        max_num_new_tokens=top["max_num_new_tokens"],
+        max_load_tokens=top["max_load_tokens"],
         extra={k: raw[k] for k in ("description", "expect") if k in raw},
         expect=_expect(top["expect"]),
     )
@@ -394,6 +420,9 @@ def scenario_to_json(s: Scenario) -> dict[str, Any]:
             d["deferred"] = sorted(g.deferred)
         if g.being_loaded:
             d["being_loaded"] = sorted(g.being_loaded)
+        for name in ("pending", "stored_tails", "pending_tails", "deferred_tails"):
+            if getattr(g, name):
+                d[name] = sorted(getattr(g, name))
         groups.append(d)
     out: dict[str, Any] = dict(s.extra)
     out.update(
@@ -413,6 +442,9 @@ def scenario_to_json(s: Scenario) -> dict[str, Any]:
         out["mamba_block_size"] = s.mamba_block_size
     if s.hash_block_size is not None:
         out["hash_block_size"] = s.hash_block_size
+    for name in ("blocks_per_chunk", "max_num_new_tokens", "max_load_tokens"):
+        if getattr(s, name) is not None:
+            out[name] = getattr(s, name)
     return out
 
 

@@ -166,8 +166,8 @@ MUTANTS: tuple[Mutant, ...] = (
                "z3.Implies(z3.Not(st.halted), z3.And(facts))")),
            "loads-stored-only"),
     Mutant("deferred-counts-as-miss", "the prefix lookup stops at a deferred block",
-           (_e(L, "_maximal_prefix_lookup", "_runs(blocks, g.stored, g.deferred, frozenset())",
-               "_runs(blocks, g.stored, frozenset(), g.deferred)"),),
+           (_e(L, "_maximal_prefix_lookup", "_runs(blocks, g.stored, waiting, frozenset())",
+               "_runs(blocks, g.stored, frozenset(), waiting)"),),
            (_e(E, "prefix_lookup", "enc.forall(s, s + r, lambda i: st.not_false(i)),\n"
                "        z3.Or(r == n, z3.Not(st.not_false(s + r))),",
                "enc.forall(s, s + r, lambda i: st.confirmed(i)),\n"
