@@ -62,11 +62,13 @@ def _e(module: str, function: str, old: str, new: str) -> Edit:
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("last-token-dropped", "the last prompt token is not kept back (no -1)",
            (_e(L, "lookup", "max_hit_size_tokens -= 1", "max_hit_size_tokens -= 0"),),
-           (_e(E, "initial_max_hit_blocks", "m = cfg.prompt - 1", "m = cfg.prompt - 0"),),
+           (_e(E, "initial_max_hit_blocks", "m: z3.ArithRef = cfg.prompt - 1",
+               "m: z3.ArithRef = cfg.prompt - 0"),),
            "leaves-last-token"),
     Mutant("last-token-minus-two", "two tokens kept back instead of one",
            (_e(L, "lookup", "max_hit_size_tokens -= 1", "max_hit_size_tokens -= 2"),),
-           (_e(E, "initial_max_hit_blocks", "m = cfg.prompt - 1", "m = cfg.prompt - 2"),),
+           (_e(E, "initial_max_hit_blocks", "m: z3.ArithRef = cfg.prompt - 1",
+               "m: z3.ArithRef = cfg.prompt - 2"),),
            "maximality"),
     Mutant("align-round-up", "max_hit_size_tokens rounded up to the Mamba size, not down",
            (_e(L, "lookup", "max_hit_size_tokens = round_down(max_hit_size_tokens, "
@@ -83,9 +85,9 @@ MUTANTS: tuple[Mutant, ...] = (
                "layout.mamba_align_size)\n        max_hit_size_tokens -= 1\n        if False:\n"),),
            (_e(E, "initial_max_hit_blocks",
                'blocks = enc.floordiv(m, d.align, "rounded")\n'
-               '            m = z3.If(d.align_on, d.align * blocks, m)',
+               '        m = z3.If(d.align_on, d.align * blocks, m)',
                'blocks = enc.floordiv(cfg.prompt, d.align, "rounded")\n'
-               '            m = z3.If(d.align_on, d.align * blocks - 1, m)'),),
+               '        m = z3.If(d.align_on, d.align * blocks - 1, m)'),),
            "no-partial-state"),
     Mutant("align-dropped", "0.24.0 without PR #44599's rounding (0.23.0's lookup)",
            (_e(L, "lookup", 'if sem.align_at == "max_hit" and layout.mamba_align_size',
@@ -162,8 +164,8 @@ MUTANTS: tuple[Mutant, ...] = (
                "z3.Or(False, z3.And(cfg.prefix_caching"),
             # the abstract loop's summary then has to hold for deferred ends as well
             _e("proofs.abstract", "summary",
-               "z3.Implies(z3.And(z3.Not(st.halted), z3.Not(st.defer)), z3.And(facts))",
-               "z3.Implies(z3.Not(st.halted), z3.And(facts))")),
+               "z3.Implies(z3.And(z3.Not(s.halted), z3.Not(s.defer)), facts)",
+               "z3.Implies(z3.Not(s.halted), facts)")),
            "loads-stored-only"),
     Mutant("deferred-counts-as-miss", "the prefix lookup stops at a deferred block",
            (_e(L, "_maximal_prefix_lookup", "_runs(blocks, g.stored, waiting, frozenset())",
