@@ -61,8 +61,9 @@ def token_line(s: Scenario, o: Outcome) -> list[str]:
         lines.append(f"{_group_label(g, i, obs):<{pad}}" + "".join(row))
         if load is not None and load.blocks:
             lrow = [" "] * cols
-            for b in load.blocks:
-                for c in range(b * obs // scale, min(cols, cdiv((b + 1) * obs, scale))):
+            first, stop = load.blocks[0], load.blocks[-1] + 1
+            for c in range(cols):  # a column per `scale` tokens, not a step per block
+                if c * scale // obs < stop and first < cdiv((c + 1) * scale, obs):
                     lrow[c] = "^"
             if load.state_position is not None:
                 c = min(cols - 1, max(0, load.state_position // scale - 1))
@@ -101,7 +102,10 @@ def explain(s: Scenario, o: Outcome) -> str:
     out.append(f"result: {hit} ({o.lookup.reason})")
     for load in o.loads:
         state = "" if load.state_position is None else f", state at token {load.state_position}"
-        out.append(f"  load group {load.group}: blocks {list(load.blocks)}{state}")
+        blocks = load.blocks
+        shown = (str(list(blocks)) if len(blocks) <= 16
+                 else f"[{blocks[0]}, ..., {blocks[-1]}] ({len(blocks):,} blocks)")
+        out.append(f"  load group {load.group}: blocks {shown}{state}")
     if o.assertion:
         out.append(f"  vLLM assertion would fail: {o.assertion}")
     out.extend(token_line(s, o))

@@ -526,7 +526,9 @@ def _inputs() -> list[Block]:
         ("`mamba_block_size`", "", "`cache_config.mamba_block_size`; read only by the "
          "review alternative `alt-cache-config-block-size`"),
         ("`hash_block_size`", "", "`cache_config.hash_block_size` override"),
-        ("`description`, `expect`", "", "free text; not read by the model"),
+        ("`description`", "", "free text; not read by the model"),
+        ("`expect`", "", "`{\"hit_tokens\": N or null, \"violations\": [names]}`: "
+         "`python -m model lookup` exits 1 when the result differs"),
     )
     kinds = (
         "`full_attention`: every token's KV entries are needed, so the hit is the longest "
