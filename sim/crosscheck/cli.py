@@ -9,6 +9,7 @@ benchmark.  Exits 1 on any disagreement.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import re
