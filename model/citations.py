@@ -12,6 +12,7 @@ UTILS = "v1/core/kv_cache_utils.py"
 SINGLE = "v1/core/single_type_kv_cache_manager.py"
 CORE = "v1/engine/core.py"
 KVM = "v1/core/kv_cache_manager.py"
+CONFIG = "model_executor/models/config.py"
 
 _LINES: dict[str, dict[str, tuple[str, int]]] = {
     "0.23.0": {
@@ -29,6 +30,7 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "less_than_block_pre": (SCHED, 427),
         "start_block": (SCHED, 434),
         "zero_hit_blocks": (SCHED, 453),
+        "hit_min": (SCHED, 459),
         "new_hit": (SCHED, 464),
         "tightened": (SCHED, 469),
         "rerun_all": (SCHED, 474),
@@ -45,7 +47,9 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "gpu_block_size": (BASE, 408),
         "hash_divides": (BASE, 420),
         "same_block_size": (BASE, 434),
-        "factor_divides": (BASE, 441),
+        "factor_config": ('self.extra_config.get("block_size")',
+                      "self.block_size_factor = offloaded_block_size_int"),
+    "factor_divides": (BASE, 441),
         "hash_single_group": (UTILS, 616),
         "hash_lcm": (UTILS, 627),
         "hash_mamba_backoff": (UTILS, 641),
@@ -57,6 +61,11 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "mamba_skipped": (SINGLE, 1209),
         "cache_block_size": (CORE, 283),
         "gpu_hit_cap": (KVM, 221),
+        "deepseek_v4": (SCHED, 105),
+        "factor_config": (BASE, 430),
+        "prefix_defer": (SCHED, 331),
+        "mamba_all_default": (CONFIG, 353),
+        "mamba_block_size_default": (CONFIG, 386),
     },
     "0.24.0": {
         "sw_window_positive": (SCHED, 97),
@@ -80,6 +89,7 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "eagle_window": (SCHED, 540),
         "zero_hit_blocks": (SCHED, 546),
         "eagle_pop": (SCHED, 553),
+        "hit_min": (SCHED, 556),
         "new_hit": (SCHED, 561),
         "tightened": (SCHED, 566),
         "eagle_clear": (SCHED, 568),
@@ -98,7 +108,9 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "gpu_block_size": (BASE, 481),
         "hash_divides": (BASE, 493),
         "same_block_size": (BASE, 507),
-        "factor_divides": (BASE, 514),
+        "factor_config": ('self.extra_config.get("block_size")',
+                      "self.block_size_factor = offloaded_block_size_int"),
+    "factor_divides": (BASE, 514),
         "hash_single_group": (UTILS, 630),
         "hash_lcm": (UTILS, 641),
         "hash_mamba_backoff": (UTILS, 655),
@@ -110,8 +122,99 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "mamba_skipped": (SINGLE, 1266),
         "cache_block_size": (CORE, 309),
         "gpu_hit_cap": (KVM, 227),
+        "deepseek_v4": (SCHED, 138),
+        "factor_config": (BASE, 503),
+        "eagle_groups": (SCHED, 169),
+        "prefix_defer": (SCHED, 396),
+        "mamba_all_default": (CONFIG, 420),
+        "mamba_block_size_default": (CONFIG, 453),
     },
 }
+
+# The last line of a citation that spans several lines, per release.
+_ENDS: dict[str, dict[str, int]] = {
+    "0.23.0": {"hit_min": 462, "prefix_defer": 336, "factor_config": 442},
+    "0.24.0": {"hit_min": 559, "eagle_groups": 180, "prefix_defer": 401, "factor_config": 515},
+}
+
+# What each cited line holds: the first line of a citation contains the first text, the
+# last line of a spanning citation the second. tests/test_citations.py checks them against
+# the wheels' source, so a line number cannot drift unnoticed.
+TOKENS: dict[str, tuple[str, ...]] = {
+    "sw_window_positive": ("sliding_window > 0",),
+    "sw_window_blocks": ("cdiv(kv_cache_spec.sliding_window",),
+    "mamba_window": ("return 1",),
+    "mamba_align_assert": ("assert mamba_align_size is None",),
+    "mamba_align_size": ("def resolve_mamba_align_size",),
+    "deepseek_v4": ("DeepSeek V4",),
+    "eagle_groups": ("eagle_groups = {", "eagle_groups = set(range("),
+    "sw_sort": ("sliding_window_groups.sort(",),
+    "lookup_groups": ("self._lookup_groups =",),
+    "prefix_lookup": ("def _maximal_prefix_lookup",),
+    "prefix_defer": ("result = self.manager.lookup(", "result = True"),
+    "sliding_window_lookup": ("def _sliding_window_lookup",),
+    "lookup": ("def _lookup(",),
+    "leave_last_token": ("max_hit_size_tokens -= 1",),
+    "mamba_round_down": ("max_hit_size_tokens = round_down(",),
+    "lookup_loop": ("lookup_groups = self._lookup_groups",),
+    "eagle_verified": ("eagle_verified: set[int] = set()",),
+    "block_cap": ("block-aligned boundary",),
+    "less_than_block_pre": ("max_hit_size_tokens - num_computed_tokens < offloaded_block_size",),
+    "eagle_query": ("query_max = min(",),
+    "start_block": ("start_block_idx = num_computed_tokens // offloaded_block_size",),
+    "eagle_window": ("required_window += 1",),
+    "zero_hit_blocks": ("if num_hit_blocks == 0",),
+    "eagle_pop": ("num_hit_blocks -= 1",),
+    "hit_min": ("max_hit_size_tokens = min(", ")"),
+    "new_hit": ("new_num_hit_tokens = max_hit_size_tokens - num_computed_tokens",),
+    "tightened": ("if new_num_hit_tokens < num_hit_tokens",),
+    "eagle_clear": ("eagle_verified.clear()",),
+    "rerun_all": ("lookup_groups = self._lookup_groups",),
+    "rerun_sw": ("lookup_groups = self._sliding_window_groups",),
+    "deferred": ("if defer_lookup",),
+    "being_loaded": ("if self._blocks_being_loaded",),
+    "matched_tokens": ("def get_num_new_matched_tokens",),
+    "in_flight": ("if req_status.transfer_jobs",),
+    "skip_reading": ("skip_reading_prefix_cache",),
+    "after_alloc": ("def update_state_after_alloc",),
+    "gpu_blocks": ("num_gpu_blocks = cdiv(num_cached_tokens, gpu_block_size)",),
+    "first_pending": ("num_locally_computed_gpu_blocks = i",),
+    "sw_pending_assert": ("num_pending_gpu_blocks",),
+    "keys_to_load": ("keys_to_load.extend(",),
+    "load_needs_no_jobs": ("assert not req_status.transfer_jobs",),
+    "gpu_block_size": ("self.gpu_block_size",),
+    "hash_divides": ("block_size % self.hash_block_size == 0",),
+    "same_block_size": ("assert len(gpu_block_sizes) == 1",),
+    "factor_config": ('self.extra_config.get("block_size")',
+                      "self.block_size_factor = offloaded_block_size_int"),
+    "factor_divides": ("offloaded_block_size_int % gpu_block_size == 0",),
+    "hash_single_group": ("if len(groups) <= 1",),
+    "hash_lcm": ("scheduler_block_size = math.lcm(",),
+    "hash_mamba_backoff": ("block_size != cache_config.block_size",),
+    "hash_gcd": ("math.gcd(",),
+    "hash_invalid": ("raise ValueError(",),
+    "skipped_blocks": ("num_skipped_blocks = num_skipped_tokens // self.block_size",),
+    "external_alloc": ("cdiv(num_total_computed_tokens, self.block_size)",),
+    "sw_skipped": ("num_computed_tokens - self.sliding_window + 1",),
+    "mamba_skipped": ("return num_computed_tokens - 1",),
+    "cache_block_size": ("cache_config.block_size = min(",),
+    "gpu_hit_cap": ("max_cache_hit_length = request.num_tokens - 1",),
+    "mamba_all_default": ('"all" if model_config.supports_mamba_prefix_caching',),
+    "mamba_block_size_default": ("cache_config.mamba_block_size = cache_config.block_size",),
+}
+
+
+def releases() -> tuple[str, ...]:
+    return tuple(_LINES)
+
+
+def span(version: str, key: str) -> tuple[str, int, int] | None:
+    """``(path, first line, last line)`` of step ``key`` in ``version``, or None."""
+    where = _LINES.get(version, {}).get(key)
+    if where is None:
+        return None
+    path, line = where
+    return path, line, _ENDS.get(version, {}).get(key, line)
 
 
 def cite(version: str, key: str) -> str:
