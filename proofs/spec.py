@@ -29,6 +29,7 @@ from typing import Any
 import jinja2
 from markdown_it import MarkdownIt
 from mdit_py_plugins.anchors import anchors_plugin
+from mdit_py_plugins.anchors.index import slugify
 
 from model import citations, invariants, load_plan, lookup, maximality
 from model.evaluate import evaluate
@@ -321,8 +322,11 @@ def _guarantee_rows(results: Results) -> dict[str, dict[str, Any]]:
         if r["semantics"] != newest:
             continue
         for p in r.get("preconditions", []):
+            # the code's text is the maintained one; the results hold a copy
+            known = PRECONDITIONS.get(p["name"])
             e = out.setdefault(p["name"], {"name": p["name"], "words": p["words"],
-                                           "in_vllm": p.get("in_vllm", ""),
+                                           "in_vllm": known.in_vllm if known
+                                           else p.get("in_vllm", ""),
                                            "scope": bool(p.get("scope")), "assumed_by": []})
             e["assumed_by"].append({"theorem": r["theorem"], "necessary": p.get("necessary"),
                                     "counterexample": (f"{r['theorem']}--{newest}--without-"
@@ -360,9 +364,12 @@ def scope(results: Results) -> dict[str, Any]:
                 words = limits.setdefault(r["theorem"], [])
                 if p["words"] not in words:
                     words.append(p["words"])
-    layouts = sorted({json.dumps(r["scope"], sort_keys=True) for r in results.rows
-                      if isinstance(r.get("scope"), dict | list | str)})
-    kinds = [k.replace("_", " ") for k in theorems.TEMPLATE]
+    layouts = sorted({r["scope"] if isinstance(r["scope"], str)
+                      else json.dumps(r["scope"], sort_keys=True)
+                      for r in results.rows if r.get("scope")})
+    names = {"full_attention": "full attention", "sliding_window": "sliding window",
+             "mamba": "Mamba"}
+    kinds = [names.get(str(k), str(k)) for k in theorems.TEMPLATE]
     unproved = [r for r in results.rows if r["status"] not in ("PROVED", "COUNTEREXAMPLE")]
     return {"limits": limits, "kinds": kinds, "reported": layouts,
             "unproved": [f"{r['theorem']} on {r['semantics']}" for r in unproved],
@@ -440,6 +447,7 @@ def environment() -> jinja2.Environment:
     env.globals.update(cite=cite, vllm=vllm_link, words=scenario_words,
                        span=citations.span)
     env.filters["n"] = lambda x: f"{x:,}"
+    env.filters["slug"] = slugify
     return env
 
 
@@ -493,6 +501,8 @@ def pictures(code: CodeFacts, results: Results) -> dict[str, tuple[dict[str, Any
             out[f"{IMG}/seed-vllm-{version}.png"] = (
                 seed, f"vllm-{version}",
                 f"{seed['prompt_tokens']}-token prompt, block 16, on vLLM {version}")
+    out[f"{IMG}/alt-round-num-hit-scaled.png"] = (ALT_SCALED, "alt-round-num-hit",
+                                                  "alt-round-num-hit at vLLM-like sizes")
     alt = results.facts.get("alt_round_num_hit_counterexample")
     if alt:
         out[f"{IMG}/alt-round-num-hit.png"] = (alt, "alt-round-num-hit",
