@@ -132,6 +132,7 @@ def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "",
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch, Rectangle
+    from matplotlib.ticker import MaxNLocator
 
     T = s.prompt_tokens
     n = len(s.groups)
@@ -200,7 +201,10 @@ def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "",
     ax.set_ylim(-0.4, n + extra + 0.9)
     ax.set_yticks([])
     ax.set_xlabel("token position")
-    verdict = "; ".join(f"{v.invariant}" for v in o.violations) or "no violation"
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    verdict = "; ".join(f"{v.invariant} broken" for v in o.violations) or "no invariant broken"
+    if larger is not None:
+        verdict += f"; a larger valid hit ({larger} > {o.hit_tokens or 0}) is given away"
     head = title or f"{o.semantics}: hit {o.hit_tokens}"
     chars = int(width * 11)
     ax.set_title(textwrap.fill(f"{head}: {verdict}", chars), fontsize=10)

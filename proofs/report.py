@@ -14,7 +14,9 @@ from typing import Any
 
 from model.evaluate import evaluate
 from model.explain import draw_png, token_line
+from model.maximality import larger_valid_hit
 from model.scenario import parse_scenario
+from model.semantics import get_semantics
 from proofs.check import Verdict, check
 from proofs.theorems import PRECONDITIONS, THEOREMS
 
@@ -93,7 +95,10 @@ def row_json(row: Row) -> dict[str, Any]:
 def _picture(scen: dict[str, Any], path: Path, title: str) -> list[str]:
     s = parse_scenario(scen)
     o = evaluate(s, enforce=False)
-    draw_png(s, o, path, title)
+    larger = None
+    if path.name.startswith("maximality") and o.layout is not None:
+        larger = larger_valid_hit(s, o.layout, get_semantics(o.semantics), o.hit_tokens)
+    draw_png(s, o, path, title, larger=larger, unreachable=evaluate(s).refused)
     return token_line(s, o)
 
 

@@ -17,6 +17,7 @@ bytes; ``tests/test_spec.py`` checks exactly that.
 
 from __future__ import annotations
 
+import html
 import inspect
 import json
 import sys
@@ -293,8 +294,9 @@ def cite(key: str) -> str:
 def _status_word(r: dict[str, Any] | None) -> str:
     if r is None:
         return "not run"
-    return {"PROVED": "proved", "COUNTEREXAMPLE": "counterexample",
-            "UNKNOWN": "unknown (no verdict)"}.get(r["status"], r["status"].lower())
+    words = {"PROVED": "proved", "COUNTEREXAMPLE": "counterexample",
+             "UNKNOWN": "unknown (no verdict)"}
+    return words.get(str(r["status"]), str(r["status"]).lower())
 
 
 def matrix(results: Results) -> list[dict[str, Any]]:
@@ -472,9 +474,9 @@ def to_html(markdown: str, title: str) -> str:
             path, _, frag = href.partition("#")
             if child.type == "link_open" and path.endswith(".md") and "://" not in path:
                 child.attrSet("href", path[:-3] + ".html" + (f"#{frag}" if frag else ""))
-    body = md.renderer.render(tokens, md.options, {})
+    body = str(md.renderer.render(tokens, md.options, {}))
     head = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{jinja2.filters.escape(title)}</title><style>{_CSS}</style></head><body>\n")
+            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>\n")
     return head + body + "</body></html>\n"
 
 
@@ -485,7 +487,8 @@ def render(code: CodeFacts, results: Results) -> dict[str, str]:
     """Every page's Markdown, by path relative to the docs directory; a pure function."""
     env = environment()
     ctx = context(code, results, env)
-    return {page: env.get_template(template).render(ctx) for page, template in PAGES.items()}
+    return {page: str(env.get_template(template).render(ctx))
+            for page, template in PAGES.items()}
 
 
 def pictures(code: CodeFacts, results: Results) -> dict[str, tuple[dict[str, Any], str, str]]:
