@@ -46,7 +46,7 @@ def _breaks_no_partial_state(s: Scenario) -> bool:
     return any(v.invariant == "no-partial-state" for v in evaluate(s, enforce=False).violations)
 
 
-@settings(max_examples=400, deadline=None, derandomize=True, database=None,
+@settings(max_examples=250, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(requests())
 def test_fires_exactly_on_no_partial_state_and_never_on_a_valid_hit(s: Scenario) -> None:

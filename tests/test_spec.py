@@ -135,3 +135,12 @@ def test_spec_facts_are_current() -> None:
         assert evaluate(seed, "vllm-0.24.0").hit_tokens == 16
         alt = evaluate(parse_scenario(facts["alt_round_num_hit_counterexample"]))
         assert alt.refused is None and "no-partial-state" in {v.invariant for v in alt.violations}
+
+
+def test_links_to_files_of_this_repository_exist(pages: dict[str, str]) -> None:
+    import re
+
+    for rel, md in pages.items():
+        base = (DOCS / rel).parent
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", md):
+            assert (base / target).resolve().exists(), f"{rel}: {target}"
