@@ -178,8 +178,10 @@ def _counterexamples(results: Results) -> list[dict[str, Any]]:
     for r in results.rows:
         base = {"theorem": r["theorem"], "semantics": r["semantics"]}
         if r.get("counterexample"):
+            # a row may carry the larger valid hit of a maximality counterexample
+            larger = {k: r[k] for k in LARGER_FIELDS if isinstance(r.get(k), int)}
             out.append(base | {"name": f"{r['theorem']}--{r['semantics']}", "without": None,
-                               "scenario": r["counterexample"]})
+                               "scenario": r["counterexample"] | larger})
         for p in r.get("preconditions", []):
             if p.get("counterexample_when_dropped"):
                 out.append(base | {"name": f"{r['theorem']}--{r['semantics']}--without-"
@@ -315,10 +317,17 @@ def matrix(results: Results) -> list[dict[str, Any]]:
     return out
 
 
+def proved_release(results: Results) -> str:
+    """The newest release semantics that has results (its preconditions are the table's)."""
+    with_rows = {r["semantics"] for r in results.rows}
+    found = [f"vllm-{v}" for v in releases() if f"vllm-{v}" in with_rows]
+    return found[-1] if found else f"vllm-{releases()[-1]}"
+
+
 def _guarantee_rows(results: Results) -> dict[str, dict[str, Any]]:
-    """Each precondition of the rows of the newest release: which theorems assume it,
-    whether a counterexample shows it necessary, and whether it is a proof scope."""
-    newest = f"vllm-{releases()[-1]}"
+    """Each precondition of the rows of the newest release with results: which theorems
+    assume it, whether a counterexample shows it necessary, whether it is a proof scope."""
+    newest = proved_release(results)
     out: dict[str, dict[str, Any]] = {}
     for r in results.rows:
         if r["semantics"] != newest:
@@ -416,7 +425,7 @@ def context(code: CodeFacts, results: Results, env: jinja2.Environment) -> dict[
     alt = results.facts.get("alt_round_num_hit_counterexample")
     return {
         "code": code, "results": results, "releases": releases(),
-        "newest": f"vllm-{releases()[-1]}", "semantics": SEMANTICS, "theorems": THEOREMS,
+        "newest": proved_release(results), "semantics": SEMANTICS, "theorems": THEOREMS,
         "matrix": matrix(results), "preconditions": preconditions(results, env),
         "guarantee": _guarantee_rows(results), "scope": scope(results),
         "seed": seed, "T": seed["prompt_tokens"],

@@ -144,3 +144,13 @@ def test_links_to_files_of_this_repository_exist(pages: dict[str, str]) -> None:
         base = (DOCS / rel).parent
         for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", md):
             assert (base / target).resolve().exists(), f"{rel}: {target}"
+
+
+def test_a_semantics_without_results_shows_as_not_run() -> None:
+    results = load_results(DOCS)
+    rows = tuple(r for r in results.rows if r["semantics"] != "alt-cache-config-block-size")
+    fewer = type(results)(rows, results.facts)
+    md = render(gather_code_facts(fewer), fewer)["spec.md"]
+    first = md.splitlines()[:25]
+    assert any("| not run |" in line for line in first)
+    assert "`alt-cache-config-block-size` has no proofs yet" in md
