@@ -24,6 +24,7 @@ import sys
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -282,15 +283,21 @@ def vllm_link(version: str, key: str, short: bool = False) -> str:
     return f"[`{label}`]({url})"
 
 
-def cite(key: str) -> str:
-    """The newest release's line, with each older release's beside it where it exists."""
-    versions = [v for v in releases() if citations.span(v, key)]
+def cite(shown: Sequence[str], key: str) -> str:
+    """The newest shown release's line, with each older one's beside it where it exists."""
+    versions = [v for v in shown if citations.span(v, key)]
     if not versions:
-        raise KeyError(f"no release cites {key!r}")
+        raise KeyError(f"no release of {list(shown)} cites {key!r}")
     newest, older = versions[-1], versions[:-1]
     extra = "; ".join(f"{v}: {vllm_link(v, key, short=True)}" for v in reversed(older))
-    only = f" ({newest} only)" if len(releases()) > 1 and not older else ""
+    only = f" ({newest} only)" if len(shown) > 1 and not older else ""
     return vllm_link(newest, key) + (f" ({extra})" if extra else only)
+
+
+def shown_releases(results: Results) -> tuple[str, ...]:
+    """The releases the spec's text is about: those with proof results (else all)."""
+    with_rows = {r["semantics"] for r in results.rows}
+    return tuple(v for v in releases() if f"vllm-{v}" in with_rows) or releases()
 
 
 def _status_word(r: dict[str, Any] | None) -> str:
@@ -319,9 +326,7 @@ def matrix(results: Results) -> list[dict[str, Any]]:
 
 def proved_release(results: Results) -> str:
     """The newest release semantics that has results (its preconditions are the table's)."""
-    with_rows = {r["semantics"] for r in results.rows}
-    found = [f"vllm-{v}" for v in releases() if f"vllm-{v}" in with_rows]
-    return found[-1] if found else f"vllm-{releases()[-1]}"
+    return f"vllm-{shown_releases(results)[-1]}"
 
 
 def _guarantee_rows(results: Results) -> dict[str, dict[str, Any]]:
@@ -424,7 +429,8 @@ def context(code: CodeFacts, results: Results, env: jinja2.Environment) -> dict[
     seed_cex = results.facts.get("seed_counterexample")
     alt = results.facts.get("alt_round_num_hit_counterexample")
     return {
-        "code": code, "results": results, "releases": releases(),
+        "code": code, "results": results, "releases": shown_releases(results),
+        "all_releases": releases(),
         "newest": proved_release(results), "semantics": SEMANTICS, "theorems": THEOREMS,
         "matrix": matrix(results), "preconditions": preconditions(results, env),
         "guarantee": _guarantee_rows(results), "scope": scope(results),
@@ -444,6 +450,7 @@ def context(code: CodeFacts, results: Results, env: jinja2.Environment) -> dict[
         "gpu": code.gpu, "gpu_lengths": GPU_LENGTHS,
         "regression_file": REGRESSION_FILE, "ci_workflow": CI_WORKFLOW,
         "fires_in": FIRES_IN,
+        "tokens": citations.TOKENS,
         "citation_keys": list(dict.fromkeys(k for v in releases()
                                             for k in citations._LINES[v])),
         "files": (citations.SCHED, citations.BASE, citations.UTILS, citations.SINGLE,
@@ -451,11 +458,12 @@ def context(code: CodeFacts, results: Results, env: jinja2.Environment) -> dict[
     }
 
 
-def environment() -> jinja2.Environment:
+def environment(shown: Sequence[str]) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    env.globals.update(cite=cite, vllm=vllm_link, words=scenario_words,
+                             trim_blocks=True, lstrip_blocks=True, autoescape=False,
+                             extensions=["jinja2.ext.do"])
+    env.globals.update(cite=partial(cite, tuple(shown)), vllm=vllm_link, words=scenario_words,
                        span=citations.span)
     env.filters["n"] = lambda x: f"{x:,}"
     env.filters["slug"] = slugify
@@ -494,7 +502,7 @@ def to_html(markdown: str, title: str) -> str:
 
 def render(code: CodeFacts, results: Results) -> dict[str, str]:
     """Every page's Markdown, by path relative to the docs directory; a pure function."""
-    env = environment()
+    env = environment(shown_releases(results))
     ctx = context(code, results, env)
     return {page: str(env.get_template(template).render(ctx))
             for page, template in PAGES.items()}
