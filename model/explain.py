@@ -187,8 +187,8 @@ def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "",
             for b in load.blocks:
                 ax.add_patch(Rectangle((b * obs, y - 0.15), obs, 0.1, color=HIT))
                 legend("load", Patch(color=HIT, label="block the load reads"))
-            if load.state_position is not None:
-                bad = load.state_position != end and g.restores_state
+            if load.state_position is not None and g.restores_state:
+                bad = load.state_position != end
                 ax.plot([load.state_position], [y + 0.3], marker="v", ms=10,
                         color=BAD if bad else "black", ls="none")
                 key = "bad" if bad else "state"

@@ -109,7 +109,8 @@ def example(scenario: dict[str, Any], semantics: str | None = None) -> Example:
     s = parse_scenario(_scenario_only(scenario))
     o = evaluate(s, semantics, enforce=False)
     assert o.layout is not None
-    state = next((ld.state_position for ld in o.loads if ld.state_position is not None), None)
+    state = next((ld.state_position for ld in o.loads
+                  if ld.state_position is not None and s.groups[ld.group].restores_state), None)
     larger = next((scenario[k] for k in LARGER_FIELDS if isinstance(scenario.get(k), int)),
                   None)
     if larger is None:
