@@ -79,7 +79,7 @@ GPU_CASES = ("vllm-0.23.0-mamba-stock", "vllm-0.24.0-mamba-stock",
              "vllm-0.24.0-hybrid-stock", "vllm-0.24.0-mamba-stock-all")
 GPU_LENGTHS = (31, 32, 33, 47, 48, 49, 64, 65)
 # a counterexample file may carry the larger valid hit of a maximality counterexample
-LARGER_FIELDS = ("larger_valid_hit", "larger_hit")
+LARGER_FIELDS = ("valid_hit", "larger_valid_hit", "larger_hit")
 
 
 # --- the inputs -------------------------------------------------------------------------
