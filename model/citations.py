@@ -200,6 +200,15 @@ TOKENS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Where a release's line reads differently (renamed variables), its own texts.
+RELEASE_TOKENS: dict[str, dict[str, tuple[str, ...]]] = {}
+
+
+def tokens(version: str, key: str) -> tuple[str, ...] | None:
+    """The texts the cited lines of step ``key`` in ``version`` hold (None: none recorded)."""
+    return RELEASE_TOKENS.get(version, {}).get(key) or TOKENS.get(key)
+
+
 def releases() -> tuple[str, ...]:
     return tuple(_LINES)
 

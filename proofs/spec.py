@@ -451,7 +451,7 @@ def context(code: CodeFacts, results: Results, env: jinja2.Environment) -> dict[
         "gpu": code.gpu, "gpu_lengths": GPU_LENGTHS,
         "regression_file": REGRESSION_FILE, "ci_workflow": CI_WORKFLOW,
         "fires_in": FIRES_IN,
-        "tokens": citations.TOKENS,
+        "tokens": citations.tokens,
         "citation_keys": list(dict.fromkeys(k for v in releases()
                                             for k in citations._LINES[v])),
         "files": (citations.SCHED, citations.BASE, citations.UTILS, citations.SINGLE,

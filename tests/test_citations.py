@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from model.citations import _LINES, TOKENS, releases, span
+from model.citations import _LINES, TOKENS, releases, span, tokens
 from proofs.theorems import PRECONDITIONS
 from sim.crosscheck.envs import venvs_dir
 
@@ -33,12 +33,11 @@ def source_root(version: str) -> Path | None:
     return found[0] if found else None
 
 
-def misplaced(lines: list[str], key: str, first: int, last: int) -> str | None:
-    """Why the cited lines do not hold the step's text (None when they do)."""
-    tokens = TOKENS[key]
+def misplaced(lines: list[str], texts: tuple[str, ...], first: int, last: int) -> str | None:
+    """Why the cited lines do not hold the step's texts (None when they do)."""
     if last > len(lines):
         return f"line {last} is past the end ({len(lines)} lines)"
-    checks = [(first, tokens[0])] + ([(last, tokens[-1])] if len(tokens) > 1 else [])
+    checks = [(first, texts[0])] + ([(last, texts[-1])] if len(texts) > 1 else [])
     for line, token in checks:
         if token not in lines[line - 1]:
             near = [i + 1 for i, text in enumerate(lines) if token in text]
@@ -47,10 +46,12 @@ def misplaced(lines: list[str], key: str, first: int, last: int) -> str | None:
 
 
 def test_every_citation_says_what_its_line_holds() -> None:
-    missing = sorted({k for v in _LINES.values() for k in v if k not in TOKENS})
-    assert not missing, f"model/citations.py: add TOKENS for {missing}"
-    for key, tokens in TOKENS.items():
-        assert 1 <= len(tokens) <= 2 and all(tokens), key
+    missing = sorted(f"{v} {k}" for v in _LINES for k in _LINES[v] if tokens(v, k) is None)
+    assert not missing, f"model/citations.py: add TOKENS (or RELEASE_TOKENS) for {missing}"
+    for v in _LINES:
+        for key in _LINES[v]:
+            texts = tokens(v, key)
+            assert texts and 1 <= len(texts) <= 2 and all(t.strip() for t in texts), (v, key)
 
 
 @pytest.mark.parametrize("version", releases())
@@ -64,7 +65,9 @@ def test_citations_match_the_pinned_source(version: str) -> None:
         where = span(version, key)
         assert where is not None
         path, first, last = where
-        why = misplaced((root / path).read_text().splitlines(), key, first, last)
+        texts = tokens(version, key)
+        assert texts is not None, f"{version} {key}: no text recorded"
+        why = misplaced((root / path).read_text().splitlines(), texts, first, last)
         if why:
             wrong.append(f"{version} {key} vllm/{path}: {why}")
     assert not wrong, "\n".join(wrong)
@@ -73,9 +76,11 @@ def test_citations_match_the_pinned_source(version: str) -> None:
 def test_the_check_catches_an_off_by_one() -> None:
     """The check above fails when a line number moves by one."""
     lines = ["x = 1", "        max_hit_size_tokens -= 1", "y = 2"]
-    assert misplaced(lines, "leave_last_token", 2, 2) is None
-    assert misplaced(lines, "leave_last_token", 3, 3) is not None
-    assert misplaced(lines, "leave_last_token", 4, 4) is not None
+    texts = TOKENS["leave_last_token"]
+    assert misplaced(lines, texts, 2, 2) is None
+    assert misplaced(lines, texts, 3, 3) is not None
+    assert misplaced(lines, texts, 4, 4) is not None
+    assert misplaced(["a(", "b", ")"], ("a(", ")"), 1, 2) is not None  # a span's end
 
 
 def _registered() -> set[tuple[str, str, int, int]]:
