@@ -196,6 +196,12 @@ TOKENS: dict[str, tuple[str, ...]] = {
     "cache_block_size": ("cache_config.block_size = min(",),
     "gpu_hit_cap": ("max_cache_hit_length = request.num_tokens - 1",),
     "mamba_all_default": ('"all" if model_config.supports_mamba_prefix_caching',),
+    "gpu_hit_none": ("if not self.enable_caching",),
+    "hybrid_no_cp": ("if dcp != 1 or pcp != 1",),
+    "num_tokens": ("max_hit_size_tokens: int = req_status.req.num_tokens",),
+    "load_block_indices": ("block_indices.append(",),
+    "worker_skip": ("src_logical_blocks_to_skip = block_idx % self.src_block_size_factor",),
+    "sub_block_ptrs": ("flat[skip_count : skip_count + num_sub_blocks]",),
     "mamba_block_size_default": ("cache_config.mamba_block_size = cache_config.block_size",),
 }
 
