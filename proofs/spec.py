@@ -20,6 +20,7 @@ from __future__ import annotations
 import html
 import inspect
 import json
+import re
 import sys
 import tomllib
 from collections.abc import Sequence
@@ -501,11 +502,28 @@ def to_html(markdown: str, title: str) -> str:
 # --- rendering and writing --------------------------------------------------------------
 
 
+_VLLM_URL = re.compile(r"\]\((https://github\.com/vllm-project/vllm/blob/[^)\s]+)\)")
+
+
+def references(markdown: str) -> str:
+    """vLLM source links as numbered reference links, defined at the page's end, so that
+    the Markdown reads as text: ``[`scheduler.py:452`][3]``."""
+    numbers: dict[str, int] = {}
+
+    def number(m: re.Match[str]) -> str:
+        return f"][{numbers.setdefault(m.group(1), len(numbers) + 1)}]"
+
+    body = _VLLM_URL.sub(number, markdown)
+    if not numbers:
+        return body
+    return body.rstrip("\n") + "\n\n" + "".join(f"[{n}]: {url}\n" for url, n in numbers.items())
+
+
 def render(code: CodeFacts, results: Results) -> dict[str, str]:
     """Every page's Markdown, by path relative to the docs directory; a pure function."""
     env = environment(shown_releases(results))
     ctx = context(code, results, env)
-    return {page: str(env.get_template(template).render(ctx))
+    return {page: references(str(env.get_template(template).render(ctx)))
             for page, template in PAGES.items()}
 
 
