@@ -175,22 +175,38 @@ def _key(scenario: dict[str, Any], semantics: str | None = None) -> str:
     return json.dumps([scenario, semantics], sort_keys=True)
 
 
+def _cex(r: dict[str, Any], suffix: str, heading: str, scenario: dict[str, Any],
+         without: str | None) -> dict[str, Any]:
+    head = f"{r['theorem']} on {r['semantics']}{heading}"
+    return {"theorem": r["theorem"], "semantics": r["semantics"], "without": without,
+            "name": f"{r['theorem']}--{r['semantics']}{suffix}", "heading": head,
+            "anchor": slugify(head), "scenario": scenario}
+
+
 def _counterexamples(results: Results) -> list[dict[str, Any]]:
-    """Every counterexample of the results, as {name, theorem, semantics, without, scenario}."""
+    """Every counterexample of the results: the theorem's own, the one over every layout
+    the release accepts (where the report gives it apart), and one per dropped
+    precondition; named as the report names their files."""
     out = []
     for r in results.rows:
-        base = {"theorem": r["theorem"], "semantics": r["semantics"]}
         if r.get("counterexample"):
             # a row may carry the larger valid hit of a maximality counterexample
             larger = {k: r[k] for k in LARGER_FIELDS if isinstance(r.get(k), int)}
-            out.append(base | {"name": f"{r['theorem']}--{r['semantics']}", "without": None,
-                               "scenario": r["counterexample"] | larger})
+            out.append(_cex(r, "", "", r["counterexample"] | larger, None))
+        accepted = (r.get("over_accepted_layouts") or {}).get("counterexample")
+        if accepted and accepted != r.get("counterexample"):
+            out.append(_cex(r, "--accepted", " over every accepted layout", accepted,
+                            "every precondition"))
         for p in r.get("preconditions", []):
             if p.get("counterexample_when_dropped"):
-                out.append(base | {"name": f"{r['theorem']}--{r['semantics']}--without-"
-                                           f"{p['name']}", "without": p["name"],
-                                   "scenario": p["counterexample_when_dropped"]})
+                out.append(_cex(r, f"--without-{p['name']}", f" without {p['name']}",
+                                p["counterexample_when_dropped"], p["name"]))
     return out
+
+
+def _anchor_of(results: Results, theorem: str, semantics: str, suffix: str) -> str | None:
+    name = f"{theorem}--{semantics}{suffix}"
+    return next((c["anchor"] for c in _counterexamples(results) if c["name"] == name), None)
 
 
 def _gpu_case(path: Path) -> dict[int, tuple[int | None, bool]]:
@@ -302,26 +318,38 @@ def shown_releases(results: Results) -> tuple[str, ...]:
     return tuple(v for v in releases() if f"vllm-{v}" in with_rows) or releases()
 
 
-def _status_word(r: dict[str, Any] | None) -> str:
-    if r is None:
-        return "not run"
+def _cell(expected: str | None, status: str | None, matches: bool,
+          anchor: str | None) -> dict[str, Any]:
     words = {"PROVED": "proved", "COUNTEREXAMPLE": "counterexample",
              "UNKNOWN": "unknown (no verdict)"}
-    return words.get(str(r["status"]), str(r["status"]).lower())
+    obtained = "not run" if status is None else words.get(status, status.lower())
+    return {"expected": expected, "obtained": obtained, "matches": matches,
+            "counterexample": anchor}
 
 
 def matrix(results: Results) -> list[dict[str, Any]]:
-    """Theorem rows x semantics cells: expected, obtained, whether they match."""
+    """Theorem rows x semantics cells: expected, obtained, whether they match; and, where
+    the report gives it apart, the verdict over every layout the release accepts."""
     out = []
     names = list(dict.fromkeys([*THEOREMS, *(r["theorem"] for r in results.rows)]))
     for name in names:
         cells = []
         for sem in SEMANTICS:
             r = results.row(name, sem)
-            cex = f"{name}--{sem}" if r is not None and r.get("counterexample") else None
-            cells.append({"expected": r["expected"] if r else None,
-                          "obtained": _status_word(r), "matches": bool(r and r["matches"]),
-                          "counterexample": cex})
+            if r is None:
+                cells.append(_cell(None, None, False, None) | {"accepted": None})
+                continue
+            cell = _cell(r["expected"], str(r["status"]), bool(r["matches"]),
+                         _anchor_of(results, name, sem, ""))
+            acc = r.get("over_accepted_layouts") or {}
+            apart = bool(acc) and bool(r["preconditions"]) and (
+                acc.get("status") != r["status"] or acc.get("expected") != r["expected"])
+            cell["accepted"] = _cell(
+                acc["expected"], str(acc["status"]),
+                acc["status"] == ("PROVED" if acc["expected"] == "holds" else "COUNTEREXAMPLE"),
+                _anchor_of(results, name, sem, "--accepted") or cell["counterexample"],
+            ) if apart else None
+            cells.append(cell)
         out.append({"theorem": name, "cells": cells})
     return out
 
@@ -346,11 +374,10 @@ def _guarantee_rows(results: Results) -> dict[str, dict[str, Any]]:
                                            "in_vllm": known.in_vllm if known
                                            else p.get("in_vllm", ""),
                                            "scope": bool(p.get("scope")), "assumed_by": []})
-            e["assumed_by"].append({"theorem": r["theorem"], "necessary": p.get("necessary"),
-                                    "counterexample": (f"{r['theorem']}--{newest}--without-"
-                                                       f"{p['name']}"
-                                                       if p.get("counterexample_when_dropped")
-                                                       else None)})
+            e["assumed_by"].append({
+                "theorem": r["theorem"], "necessary": p.get("necessary"),
+                "counterexample": _anchor_of(results, r["theorem"], newest,
+                                             f"--without-{p['name']}")})
     return out
 
 
@@ -385,11 +412,14 @@ def scope(results: Results) -> dict[str, Any]:
     layouts = sorted({r["scope"] if isinstance(r["scope"], str)
                       else json.dumps(r["scope"], sort_keys=True)
                       for r in results.rows if r.get("scope")})
+    # rows with a verdict over every layout the release's start-up checks accept come
+    # from proofs that cover any layout (proofs/report.py); before that, the template
+    any_layout = any("over_accepted_layouts" in r for r in results.rows)
     names = {"full_attention": "full attention", "sliding_window": "sliding window",
              "mamba": "Mamba"}
     kinds = [names.get(str(k), str(k)) for k in theorems.TEMPLATE]
     unproved = [r for r in results.rows if r["status"] not in ("PROVED", "COUNTEREXAMPLE")]
-    return {"limits": limits, "kinds": kinds, "reported": layouts,
+    return {"limits": limits, "kinds": kinds, "reported": layouts, "any_layout": any_layout,
             "unproved": [f"{r['theorem']} on {r['semantics']}" for r in unproved],
             "semantics_without_results": [s for s in SEMANTICS
                                           if not any(r["semantics"] == s
@@ -531,9 +561,7 @@ def pictures(code: CodeFacts, results: Results) -> dict[str, tuple[dict[str, Any
     """Every picture the pages show: file (relative to docs) -> (scenario, semantics, title)."""
     out: dict[str, tuple[dict[str, Any], str, str]] = {}
     for c in _counterexamples(results):
-        title = (f"{c['theorem']} on {c['semantics']}" + (f" without {c['without']}"
-                                                          if c["without"] else ""))
-        out[f"{IMG}/{c['name']}.png"] = (c["scenario"], c["semantics"], title)
+        out[f"{IMG}/{c['name']}.png"] = (c["scenario"], c["semantics"], c["heading"])
     seed = results.facts.get("seed_counterexample")
     if seed:
         for version in ("0.23.0", "0.24.0"):

@@ -154,3 +154,30 @@ def test_a_semantics_without_results_shows_as_not_run() -> None:
     first = md.splitlines()[:25]
     assert any("| not run |" in line for line in first)
     assert "`alt-cache-config-block-size` has no proofs yet" in md
+
+
+def test_the_verdict_over_every_accepted_layout_shows_beside_the_one_under_preconditions(
+        ) -> None:
+    """Results that carry a verdict over every layout the release accepts (no precondition)
+    show it in the matrix where it differs, with its counterexample, and the scope says the
+    proofs cover every accepted layout."""
+    results = load_results(DOCS)
+    cex = {"semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 32,
+           "num_computed_tokens": 0,
+           "groups": [{"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "all",
+                       "stored": "all"}]}
+    rows = tuple(dict(r, over_accepted_layouts=(
+        {"status": "COUNTEREXAMPLE", "expected": "fails", "counterexample": cex}
+        if (r["theorem"], r["semantics"]) == ("no-partial-state", "vllm-0.24.0") else
+        {"status": r["status"], "expected": r["expected"], "counterexample": None}))
+        for r in results.rows)
+    wider = type(results)(rows, results.facts)
+    pages = render(gather_code_facts(wider), wider)
+    first = "\n".join(pages["spec.md"].splitlines()[:25])
+    assert ("holds: proved ✓; any accepted layout: fails: [counterexample](spec/"
+            "counterexamples.md#no-partial-state-on-vllm-0240-over-every-accepted-layout) ✓"
+            in first)
+    assert "for every layout the release's start-up checks accept" in first
+    assert "## no-partial-state on vllm-0.24.0 over every accepted layout\n" in pages[
+        "spec/counterexamples.md"]
+    assert "img/no-partial-state--vllm-0.24.0--accepted.png" in pages["spec/counterexamples.md"]
