@@ -34,13 +34,14 @@ from markdown_it import MarkdownIt
 from mdit_py_plugins.anchors import anchors_plugin
 from mdit_py_plugins.anchors.index import slugify
 
+import model.semantics
 from model import citations, invariants, load_plan, lookup, maximality
 from model.evaluate import evaluate
 from model.explain import draw_png, explain, token_line
 from model.maximality import larger_valid_hit
 from model.proposed_assert import FIRES_IN, proposed_assertion_fires
 from model.scenario import parse_scenario
-from model.semantics import SEMANTICS, get_semantics
+from model.semantics import Semantics, get_semantics
 from proofs import abstract, theorems
 from proofs.theorems import PRECONDITIONS, THEOREMS
 
@@ -282,9 +283,16 @@ def collect_facts() -> dict[str, Any]:
 # --- what the templates are filled with -------------------------------------------------
 
 
+def all_semantics() -> dict[str, Semantics]:
+    """Every semantics the model knows, with or without proofs (a release the Z3 encoding
+    does not cover yet is kept apart in ``model.semantics``)."""
+    known = getattr(model.semantics, "MODEL_SEMANTICS", model.semantics.SEMANTICS)
+    return dict(known)
+
+
 def releases() -> tuple[str, ...]:
     """The vLLM releases that have a semantics and cited lines, oldest first."""
-    modelled = {s.base_version for s in SEMANTICS.values()}
+    modelled = {s.base_version for s in all_semantics().values()}
     return tuple(v for v in citations.releases() if v in modelled)
 
 
@@ -334,7 +342,7 @@ def matrix(results: Results) -> list[dict[str, Any]]:
     names = list(dict.fromkeys([*THEOREMS, *(r["theorem"] for r in results.rows)]))
     for name in names:
         cells = []
-        for sem in SEMANTICS:
+        for sem in all_semantics():
             r = results.row(name, sem)
             if r is None:
                 cells.append(_cell(None, None, False, None) | {"accepted": None})
@@ -421,7 +429,7 @@ def scope(results: Results) -> dict[str, Any]:
     unproved = [r for r in results.rows if r["status"] not in ("PROVED", "COUNTEREXAMPLE")]
     return {"limits": limits, "kinds": kinds, "reported": layouts, "any_layout": any_layout,
             "unproved": [f"{r['theorem']} on {r['semantics']}" for r in unproved],
-            "semantics_without_results": [s for s in SEMANTICS
+            "semantics_without_results": [s for s in all_semantics()
                                           if not any(r["semantics"] == s
                                                      for r in results.rows)]}
 
@@ -463,7 +471,7 @@ def context(code: CodeFacts, results: Results, env: jinja2.Environment) -> dict[
     return {
         "code": code, "results": results, "releases": shown_releases(results),
         "all_releases": releases(),
-        "newest": proved_release(results), "semantics": SEMANTICS, "theorems": THEOREMS,
+        "newest": proved_release(results), "semantics": all_semantics(), "theorems": THEOREMS,
         "matrix": matrix(results), "preconditions": preconditions(results, env),
         "guarantee": _guarantee_rows(results), "scope": scope(results),
         "seed": seed, "T": seed["prompt_tokens"],
