@@ -8,6 +8,7 @@ and the templates; no Z3 proof runs here.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -138,8 +139,6 @@ def test_spec_facts_are_current() -> None:
 
 
 def test_links_to_files_of_this_repository_exist(pages: dict[str, str]) -> None:
-    import re
-
     for rel, md in pages.items():
         base = (DOCS / rel).parent
         for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", md):
@@ -153,7 +152,7 @@ def test_a_semantics_without_results_shows_as_not_run() -> None:
     md = render(gather_code_facts(fewer), fewer)["spec.md"]
     first = md.splitlines()[:25]
     assert any("| not run |" in line for line in first)
-    assert "`alt-cache-config-block-size` has no proofs yet" in md
+    assert re.search(r"`alt-cache-config-block-size`[^.]* no proofs yet", md)
 
 
 def test_the_verdict_over_every_accepted_layout_shows_beside_the_one_under_preconditions(
