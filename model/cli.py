@@ -13,7 +13,7 @@ from typing import Any
 from model.evaluate import Outcome, evaluate
 from model.explain import explain
 from model.scenario import ScenarioError, iter_scenario_paths, load_scenario_file
-from model.semantics import SEMANTICS
+from model.semantics import MODEL_SEMANTICS as SEMANTICS
 
 
 def outcome_json(name: str, o: Outcome) -> dict[str, Any]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from model import layout_v033, load_v033, lookup_v033
 from model.citations import cite
-from model.invariants import Violation, check_all
-from model.layout import Layout, Refused, check_request, resolve_layout
+from model.invariants import AnyLayout, Violation, check_all
+from model.layout import Refused, check_request, resolve_layout
 from model.load_plan import GroupLoad, load_plan
 from model.lookup import LookupResult, get_num_new_matched_tokens
-from model.scenario import Scenario
+from model.scenario import Scenario, ScenarioError
 from model.semantics import Semantics, get_semantics
 
 
@@ -21,8 +22,9 @@ class Outcome:
     loads: tuple[GroupLoad, ...]
     violations: tuple[Violation, ...]
     lookup: LookupResult | None = None
-    layout: Layout | None = None
+    layout: AnyLayout | None = None
     assertion: str | None = None  # a vLLM assertion the load would trip
+    tail_boundary: int | None = None  # 0.33.0: the partial-tail boundary the hit ends at
 
     @property
     def lookups(self) -> tuple[tuple[int, int], ...]:
@@ -38,6 +40,11 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
     that a counterexample found with a precondition dropped can still be replayed.
     """
     sem: Semantics = get_semantics(semantics or s.semantics)
+    if sem.chunked:
+        return _evaluate_v033(s, sem, enforce)
+    if s.blocks_per_chunk is not None:  # the option exists only from 0.33.0 on
+        return Outcome(sem.name, f"refused by {sem.name}: blocks_per_chunk is not a "
+                       "kv_connector_extra_config option of this release", None, (), ())
     try:
         layout = resolve_layout(s, sem)  # start-up checks always hold: no layout otherwise
         if enforce:
@@ -55,3 +62,26 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
         assertion = assertion or f"a load is issued while transfers are in flight ({check})"
     return Outcome(sem.name, None, res.num_hit_tokens, plan.loads, tuple(violations),
                    res, layout, assertion)
+
+
+MAX_V033_HASHES = 1_000_000
+
+
+def _evaluate_v033(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
+    """vLLM 0.33.0: start-up (layout_v033), lookup (lookup_v033), load (load_v033)."""
+    try:
+        layout = layout_v033.resolve_layout(s)
+        if s.prompt_tokens // layout.tokens_per_hash > MAX_V033_HASHES:
+            # the 0.33.0 model asks the store key by key, as vLLM does: bound the work
+            raise ScenarioError(
+                f"prompt_tokens: {s.prompt_tokens} tokens are more than {MAX_V033_HASHES:,} "
+                f"hash blocks of {layout.tokens_per_hash} (the vllm-0.33.0 model's bound)")
+        if enforce:
+            layout_v033.check_request(s, layout)
+    except Refused as e:
+        return Outcome(sem.name, str(e), None, (), ())
+    res, boundary = lookup_v033.get_num_new_matched_tokens(layout, s)
+    plan = load_v033.load_plan(layout, s, res.num_hit_tokens, boundary)
+    violations = check_all(s, layout, res.num_hit_tokens, plan)
+    return Outcome(sem.name, None, res.num_hit_tokens, plan.loads, tuple(violations),
+                   res, layout, plan.assertion, boundary)

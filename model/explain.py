@@ -6,6 +6,7 @@ from pathlib import Path
 
 from model.evaluate import Outcome
 from model.layout import cdiv
+from model.layout_v033 import ChunkLayout
 from model.scenario import Group, Scenario
 from model.semantics import get_semantics
 
@@ -81,6 +82,8 @@ def explain(s: Scenario, o: Outcome) -> str:
         return "\n".join(out)
     assert o.layout is not None and o.lookup is not None
     lay = o.layout
+    if isinstance(lay, ChunkLayout):
+        return _explain_v033(s, o, lay)
     for c in lay.groups:
         w = c.sliding_window_size_in_blocks
         out.append(f"  group {c.group_idx}: {c.kind}, offloaded block {c.offloaded_block_size} "
@@ -215,3 +218,36 @@ def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "",
                fontsize=8, frameon=False)
     fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
+
+
+def _explain_v033(s: Scenario, o: Outcome, lay: ChunkLayout) -> str:
+    """vLLM 0.33.0: the layout, each group's turn, the partial tail and the load."""
+    assert o.lookup is not None
+    out = [f"semantics {o.semantics}: blocks_per_chunk {lay.blocks_per_chunk}, "
+           f"tokens_per_hash {lay.tokens_per_hash}, partial tails "
+           f"{'on' if lay.supports_partial_tail else 'off'}"]
+    for c in lay.groups:
+        w = c.sliding_window_size_in_chunks
+        out.append(f"  group {c.group_idx}: {c.kind}, chunk {c.tokens_per_chunk} tokens, "
+                   f"{'prefix lookup' if w is None else f'window of {w} chunk(s)'}"
+                   f"{', EAGLE' if c.is_eagle_group else ''}")
+    if lay.mamba_align_size is not None:
+        out.append(f"  Mamba alignment: max_hit_size_tokens rounded down to "
+                   f"{lay.mamba_align_size}")
+    for st in o.lookup.steps:
+        hits = "deferred" if st.num_hit_blocks is None else f"{st.num_hit_blocks} chunk(s)"
+        out.append(f"  pass {st.pass_no} group {st.group}: max hit {st.max_hit_before} -> "
+                   f"chunks [{st.queried[0]}, {st.queried[1]}) -> {hits} -> max hit "
+                   f"{st.max_hit_after}{'  (' + st.note + ')' if st.note else ''}")
+    out.append("  keys looked up (group, end token): " + " ".join(
+        f"({g},{e})" for g, e in o.lookups))
+    hit = "deferred (None)" if o.hit_tokens is None else f"{o.hit_tokens} tokens"
+    out.append(f"result: {hit} ({o.lookup.reason})")
+    for load in o.loads:
+        state = "" if load.state_position is None else f", state at token {load.state_position}"
+        out.append(f"  load group {load.group}: keys ending at {list(load.blocks)}{state}")
+    for v in o.violations:
+        out.append(f"VIOLATION {v.invariant}: {v.message}")
+    if not o.violations:
+        out.append("no invariant violated")
+    return "\n".join(out)

@@ -1,10 +1,17 @@
 """The invariants a lookup and its load must keep, each a pure checker.
 
 Numbered as in the reviewers' spec (docs/spec.md):
-  I1 no-partial-state   a restored Mamba state sits exactly where the hit ends
-  I2 loads-stored-only  the load reads only blocks the store holds
+  I1 no-partial-state   a restored Mamba state sits exactly where the hit ends, whether
+                        it comes from a whole offloaded block (chunk) or, on vLLM 0.33.0,
+                        from a partial-tail key
+  I2 loads-stored-only  the load reads only blocks (0.33.0: keys) the store holds, ready
   I3 leaves-last-token  with sliding-window or Mamba groups the last prompt token is recomputed
   I4 whole-blocks       a non-zero hit covers at least one offloaded block of every group
+                        (0.33.0: a complete-chunk hit; a partial-tail hit ends inside a
+                        block by design)
+
+On vLLM 0.33.0 the layout is a ``ChunkLayout`` and a load lists keys by the token position
+where each ends (``model.load_v033``); the checkers read both shapes.
 """
 
 from __future__ import annotations
@@ -13,8 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from model.layout import Layout
+from model.layout_v033 import ChunkLayout
 from model.load_plan import LoadPlan
+from model.lookup_v033 import HIT, answer
 from model.scenario import Scenario
+
+AnyLayout = Layout | ChunkLayout
 
 INVARIANTS = ("no-partial-state", "loads-stored-only", "leaves-last-token", "whole-blocks")
 
@@ -25,11 +36,15 @@ class Violation:
     message: str
 
 
-Checker = Callable[[Scenario, Layout, int, LoadPlan], list[Violation]]
+Checker = Callable[[Scenario, AnyLayout, int, LoadPlan], list[Violation]]
 
 
-def no_partial_state(s: Scenario, layout: Layout, hit: int, plan: LoadPlan) -> list[Violation]:
+def no_partial_state(s: Scenario, layout: AnyLayout, hit: int, plan: LoadPlan) -> list[Violation]:
     end = s.num_computed_tokens + hit
+    source = ""  # 0.33.0: say which key the state came from
+    if isinstance(layout, ChunkLayout):
+        source = (" (from the partial-tail key)" if plan.tail_boundary is not None
+                  else " (from a whole chunk)")
     out = []
     for load in plan.loads:
         g = s.groups[load.group]
@@ -37,24 +52,37 @@ def no_partial_state(s: Scenario, layout: Layout, hit: int, plan: LoadPlan) -> l
             out.append(Violation(
                 "no-partial-state",
                 f"group {load.group} (Mamba {g.mamba_cache_mode}) loads the state saved at "
-                f"token {load.state_position} but the hit ends at token {end}",
+                f"token {load.state_position}{source} but the hit ends at token {end}",
             ))
     return out
 
 
-def loads_stored_only(s: Scenario, layout: Layout, hit: int, plan: LoadPlan) -> list[Violation]:
+def _holds(s: Scenario, layout: AnyLayout, group: int, unit: int) -> bool:
+    g = s.groups[group]
+    if isinstance(layout, ChunkLayout):  # unit: a key's end token; ready means HIT
+        return answer(g, unit, layout.groups[group].tokens_per_chunk) == HIT
+    return g.holds(unit)
+
+
+def loads_stored_only(s: Scenario, layout: AnyLayout, hit: int,
+                      plan: LoadPlan) -> list[Violation]:
     out = []
     for load in plan.loads:
-        missing = [b for b in load.blocks if not s.groups[load.group].holds(b)]
+        missing = [b for b in load.blocks if not _holds(s, layout, load.group, b)]
         if missing:
             out.append(Violation(
                 "loads-stored-only",
-                f"group {load.group} loads block(s) {missing} that the store does not hold",
+                f"group {load.group} loads {_unit(layout)} {missing} that the store does "
+                "not hold (ready)",
             ))
     return out
 
 
-def leaves_last_token(s: Scenario, layout: Layout, hit: int, plan: LoadPlan) -> list[Violation]:
+def _unit(layout: AnyLayout) -> str:
+    return "key(s) ending at token" if isinstance(layout, ChunkLayout) else "block(s)"
+
+
+def leaves_last_token(s: Scenario, layout: AnyLayout, hit: int, plan: LoadPlan) -> list[Violation]:
     end = s.num_computed_tokens + hit
     if hit and layout.sliding_window_groups and end > s.prompt_tokens - 1:
         return [Violation(
@@ -65,9 +93,17 @@ def leaves_last_token(s: Scenario, layout: Layout, hit: int, plan: LoadPlan) -> 
     return []
 
 
-def whole_blocks(s: Scenario, layout: Layout, hit: int, plan: LoadPlan) -> list[Violation]:
+def whole_blocks(s: Scenario, layout: AnyLayout, hit: int, plan: LoadPlan) -> list[Violation]:
     if not hit:
         return []
+    if isinstance(layout, ChunkLayout):
+        if plan.tail_boundary is not None:
+            return []  # a partial-tail hit ends inside a block by design
+        return [
+            Violation("whole-blocks", f"the hit of {hit} tokens is shorter than group "
+                      f"{c.group_idx}'s chunk of {c.tokens_per_chunk} tokens")
+            for c in layout.groups if hit < c.tokens_per_chunk
+        ]
     return [
         Violation(
             "whole-blocks",
@@ -87,7 +123,7 @@ CHECKERS: dict[str, Checker] = {
 }
 
 
-def check_all(s: Scenario, layout: Layout, hit: int | None, plan: LoadPlan) -> list[Violation]:
+def check_all(s: Scenario, layout: AnyLayout, hit: int | None, plan: LoadPlan) -> list[Violation]:
     if hit is None:
         return []
     return [v for name in INVARIANTS for v in CHECKERS[name](s, layout, hit, plan)]

@@ -23,6 +23,10 @@ class GroupLoad:
     # offloaded Mamba block carries the state at its end (resolve_mamba_align_size
     # aligns to the offloaded block size, scheduler.py:108)
     state_position: int | None
+    # vLLM 0.33.0: the GPU side the worker copies into (GPULoadStoreSpec, scheduler.py:1475):
+    # the first pending GPU block's index and how many blocks follow it
+    gpu_block_index: int | None = None
+    gpu_blocks: int = 0
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,8 @@ class LoadPlan:
     loads: tuple[GroupLoad, ...]
     # a vLLM assertion in update_state_after_alloc that this load would trip, if any
     assertion: str | None = None
+    # vLLM 0.33.0: the partial-tail boundary the hit ends at (None: whole chunks)
+    tail_boundary: int | None = None
 
 
 def num_skipped_tokens(group: Group, num_computed_tokens: int) -> int:

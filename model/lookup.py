@@ -67,7 +67,7 @@ def _maximal_prefix_lookup(mgr: _Manager, group: int, blocks: range) -> int | No
     # scheduler.py:388 (323): consecutive hits from the start; a deferred answer counts
     # as a hit so that the manager can start async lookups, but the result is None
     g = mgr.groups[group]
-    if not g.deferred:
+    if not g.deferred and not g.pending:  # pending: 0.33.0 field, None here
         stored = g.stored
         n = len(blocks)
         if stored is not None:
@@ -94,7 +94,7 @@ def _sliding_window_lookup(mgr: _Manager, group: int, blocks: range, window: int
     # scheduler.py:407 (342): scan from the end for the last run of `window` hits and
     # return its end index within `blocks`; a run that reaches the start counts as is
     g = mgr.groups[group]
-    if not g.deferred:
+    if not g.deferred and not g.pending:  # pending: 0.33.0 field, None here
         stored = g.stored
         consecutive_hits = 0
         for idx in range(len(blocks) - 1, -1, -1):

@@ -13,19 +13,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model.semantics import SEMANTICS
+from model.semantics import MODEL_SEMANTICS as SEMANTICS
 
 KINDS = ("full_attention", "sliding_window", "mamba")
 MAMBA_MODES = ("none", "align", "all")
 
 _GROUP_FIELDS = {
     "kind", "gpu_block_size", "stored", "sliding_window", "mamba_cache_mode", "eagle",
-    "deferred", "being_loaded",
+    "deferred", "being_loaded", "pending", "stored_tails", "pending_tails", "deferred_tails",
 }
 _TOP_FIELDS = {
     "semantics", "block_size_factor", "prompt_tokens", "num_computed_tokens", "groups",
     "enable_prefix_caching", "skip_reading_prefix_cache", "in_flight_transfers",
     "mamba_block_size", "hash_block_size", "description", "expect",
+    "blocks_per_chunk", "max_num_new_tokens", "max_load_tokens",
 }
 
 
@@ -49,10 +50,17 @@ class Group:
     eagle: bool = False
     deferred: frozenset[int] = frozenset()
     being_loaded: frozenset[int] = frozenset()
+    # vllm-0.33.0 only (older releases have no such answer or key): blocks whose lookup
+    # answers HIT_PENDING, and partial-tail keys named by the token position they end at
+    pending: frozenset[int] = frozenset()
+    stored_tails: frozenset[int] = frozenset()
+    pending_tails: frozenset[int] = frozenset()
+    deferred_tails: frozenset[int] = frozenset()
 
     def answer(self, block: int) -> bool | None:
-        """What the offloading manager's ``lookup`` answers for this group's block."""
-        if block in self.deferred:
+        """What the offloading manager's ``lookup`` answers for this group's block
+        (releases before 0.33.0: a pending block is not ready, as a deferred one)."""
+        if block in self.deferred or block in self.pending:
             return None
         return self.holds(block)
 
@@ -79,6 +87,12 @@ class Scenario:
     mamba_block_size: int | None = None
     # cache_config.hash_block_size override (kv_cache_utils.py resolve_kv_cache_block_sizes)
     hash_block_size: int | None = None
+    # vllm-0.33.0 only: kv_connector_extra_config["blocks_per_chunk"] (offloaded block =
+    # blocks_per_chunk GPU blocks of each group), and the per-request caps: the scheduler's
+    # max_num_new_tokens argument and kv_transfer_params["max_load_tokens"]
+    blocks_per_chunk: int | None = None
+    max_num_new_tokens: int | None = None
+    max_load_tokens: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def with_semantics(self, name: str) -> Scenario:
@@ -159,6 +173,10 @@ def _group(raw: Any, i: int) -> Group:
         eagle=_bool(raw, "eagle", where, False),
         deferred=_blocks(raw, "deferred", where, allow_all=False) or frozenset(),
         being_loaded=_blocks(raw, "being_loaded", where, allow_all=False) or frozenset(),
+        pending=_blocks(raw, "pending", where, allow_all=False) or frozenset(),
+        stored_tails=_blocks(raw, "stored_tails", where, allow_all=False) or frozenset(),
+        pending_tails=_blocks(raw, "pending_tails", where, allow_all=False) or frozenset(),
+        deferred_tails=_blocks(raw, "deferred_tails", where, allow_all=False) or frozenset(),
     )
 
 
@@ -188,6 +206,9 @@ def parse_scenario(raw: Any) -> Scenario:
         in_flight_transfers=_bool(raw, "in_flight_transfers", "", False),
         mamba_block_size=_int(raw, "mamba_block_size", "", 1, default=None),
         hash_block_size=_int(raw, "hash_block_size", "", 1, default=None),
+        blocks_per_chunk=_int(raw, "blocks_per_chunk", "", 1, default=None),
+        max_num_new_tokens=_int(raw, "max_num_new_tokens", "", 0, default=None),
+        max_load_tokens=_int(raw, "max_load_tokens", "", 0, default=None),
         extra={k: raw[k] for k in ("description", "expect") if k in raw},
     )
 
@@ -223,6 +244,9 @@ def scenario_to_json(s: Scenario) -> dict[str, Any]:
             d["deferred"] = sorted(g.deferred)
         if g.being_loaded:
             d["being_loaded"] = sorted(g.being_loaded)
+        for name in ("pending", "stored_tails", "pending_tails", "deferred_tails"):
+            if getattr(g, name):
+                d[name] = sorted(getattr(g, name))
         groups.append(d)
     out: dict[str, Any] = dict(s.extra)
     out.update(
@@ -242,6 +266,9 @@ def scenario_to_json(s: Scenario) -> dict[str, Any]:
         out["mamba_block_size"] = s.mamba_block_size
     if s.hash_block_size is not None:
         out["hash_block_size"] = s.hash_block_size
+    for name in ("blocks_per_chunk", "max_num_new_tokens", "max_load_tokens"):
+        if getattr(s, name) is not None:
+            out[name] = getattr(s, name)
     return out
 
 

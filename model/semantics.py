@@ -1,6 +1,6 @@
 """The named semantics the model covers.
 
-Two are real releases (each checked against that release's code by ``sim.crosscheck``);
+Three are real releases (each checked against that release's code by ``sim.crosscheck``);
 two are the alternatives weighed in the review of vLLM PR #44599.
 """
 
@@ -30,6 +30,9 @@ class Semantics:
     in_flight_check: bool  # in-flight transfers defer the request (scheduler.py:662)
     align_assert: bool  # Mamba align groups must agree on the size (scheduler.py:121)
     summary: str
+    # 0.33.0's reworked scheduler: chunks, partial tails, caps, LookupResult answers
+    # (model/layout_v033.py, lookup_v033.py, load_v033.py instead of the 0.24.0 modules)
+    chunked: bool = False
 
 
 SEMANTICS: dict[str, Semantics] = {
@@ -60,9 +63,27 @@ SEMANTICS: dict[str, Semantics] = {
 }
 
 
+# vLLM 0.33.0 (model/*_v033.py): the model and the cross-check answer for it; the Z3
+# encoding (proofs/) and the simulator (sim/) cover only SEMANTICS above.
+CHUNKED_SEMANTICS: dict[str, Semantics] = {
+    s.name: s
+    for s in (
+        Semantics(
+            "vllm-0.33.0", "0.33.0", "max_hit", "groups", True, True, True, True,
+            "vLLM 0.33.0: chunked offloading (blocks_per_chunk), partial-tail keys for "
+            "Mamba align layouts, max_num_new_tokens / max_load_tokens caps, HIT_PENDING "
+            "and RETRY answers; max_hit_size_tokens still rounded to the Mamba chunk size.",
+            chunked=True,
+        ),
+    )
+}
+
+MODEL_SEMANTICS: dict[str, Semantics] = {**SEMANTICS, **CHUNKED_SEMANTICS}
+
+
 def get_semantics(name: str) -> Semantics:
     try:
-        return SEMANTICS[name]
+        return MODEL_SEMANTICS[name]
     except KeyError:
-        known = ", ".join(SEMANTICS)
+        known = ", ".join(MODEL_SEMANTICS)
         raise ValueError(f"semantics: unknown name {name!r} (known: {known})") from None

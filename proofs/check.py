@@ -21,6 +21,7 @@ from typing import Any
 import z3
 
 from model.evaluate import evaluate
+from model.layout import Layout
 from model.maximality import larger_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import Semantics, get_semantics
@@ -310,7 +311,7 @@ def replay(thm: Theorem, scenario: dict[str, Any], assumed: Sequence[str]) -> st
     if o.refused:
         return f"model refuses it: {o.refused}"
     if thm.name == "maximality":
-        assert o.layout is not None
+        assert isinstance(o.layout, Layout)  # the Z3 encoding covers SEMANTICS only
         better = larger_valid_hit(s, o.layout, get_semantics(s.semantics), o.hit_tokens)
         return None if better is not None else f"model finds no valid hit above {o.hit_tokens}"
     if thm.name in {v.invariant for v in o.violations}:

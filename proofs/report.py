@@ -14,6 +14,7 @@ from typing import Any
 
 from model.evaluate import evaluate
 from model.explain import draw_png, token_line
+from model.layout import Layout
 from model.maximality import larger_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import get_semantics
@@ -96,7 +97,7 @@ def _picture(scen: dict[str, Any], path: Path, title: str) -> list[str]:
     s = parse_scenario(scen)
     o = evaluate(s, enforce=False)
     larger = None
-    if path.name.startswith("maximality") and o.layout is not None:
+    if path.name.startswith("maximality") and isinstance(o.layout, Layout):
         larger = larger_valid_hit(s, o.layout, get_semantics(o.semantics), o.hit_tokens)
     draw_png(s, o, path, title, larger=larger, unreachable=evaluate(s).refused)
     return token_line(s, o)

@@ -38,8 +38,10 @@ def test_case_maps_groups_store_and_flags() -> None:
                                  "sliding_window": 48, "mamba_cache_mode": None,
                                  "eagle": True}
     assert case["groups"][1]["mamba_cache_mode"] == "align"
-    assert case["store"] == [{"stored": [1, 2], "deferred": [3]},
-                             {"stored": None, "deferred": []}]
+    none: dict[str, list[int]] = {"pending": [], "stored_tails": [], "pending_tails": [],
+                                  "deferred_tails": []}  # the 0.33.0 answers, unset here
+    assert case["store"] == [{"stored": [1, 2], "deferred": [3], **none},
+                             {"stored": None, "deferred": [], **none}]
     assert case["being_loaded"] == [[0, 1]]
     assert case["in_flight_transfers"] and case["skip_reading_prefix_cache"]
     assert case["enable_prefix_caching"] is False
@@ -89,6 +91,13 @@ def test_compare_refusals_and_harness_problems() -> None:
     assert compare(ok, _real(lookups=[[0, 1]]), check_lookups=False).agree
     assert not compare(ok, _real(loads=[[0, [1]]])).agree
     assert not compare(ok, _real(load_error="AssertionError")).agree
+
+
+def test_compare_checks_the_gpu_side_of_a_0_33_0_load() -> None:
+    mv = ModelView(None, 16, ((0, 16),), {0: (16,)}, None, gpu=((1,), (0,)))
+    real = _real(lookups=[[0, 16]], loads=[[0, [16]]])
+    assert compare(mv, dict(real, gpu=[[1], [0]])).agree
+    assert not compare(mv, dict(real, gpu=[[1], [1]])).agree
 
 
 def test_env_recipe_names_pinned_requirements() -> None:

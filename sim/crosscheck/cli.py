@@ -14,6 +14,7 @@ import hashlib
 import json
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ SEED = {  # the seed's boundary case: real 0.23.0 hits 31 tokens, real 0.24.0 hi
     "groups": [{"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
                 "stored": "all"}],
 }
-SEED_HIT = {"0.23.0": 31, "0.24.0": 16}
+SEED_HIT = {"0.23.0": 31, "0.24.0": 16, "0.33.0": 16}
 BENCH = {  # 4,096-token prompt, two groups, everything stored, nothing on the GPU
     "semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 4096,
     "num_computed_tokens": 0,
@@ -65,6 +66,8 @@ class Tally:
     deferred: int = 0
     zero: int = 0
     load_plans: int = 0
+    # 0.33.0's dimensions among the agreeing, accepted scenarios (name -> count)
+    dims: Counter[str] = field(default_factory=Counter)
 
     def line(self, label: str) -> str:
         speed = ""
@@ -75,7 +78,38 @@ class Tally:
                 f"({self.refused_both} refused by both, {self.hits} hits with "
                 f"{self.load_plans} load plans, {self.zero} zero, {self.deferred} deferred, "
                 f"{self.preconditions} past a model precondition), "
-                f"{len(self.disagreements)} disagree{speed}")
+                f"{len(self.disagreements)} disagree{speed}{self._dims()}")
+
+    def _dims(self) -> str:
+        if not self.dims:
+            return ""
+        return "; exercised: " + ", ".join(f"{k} {v}" for k, v in sorted(self.dims.items()))
+
+
+def v033_dims(s: Scenario, result: dict[str, Any]) -> list[str]:
+    """Which of 0.33.0's new dimensions an accepted scenario exercised."""
+    if not s.semantics.endswith("0.33.0"):
+        return []
+    out = []
+    if result.get("tail_boundary") is not None:
+        out.append("partial-tail hits")
+    if (s.blocks_per_chunk or 1) > 1 or s.block_size_factor > 1:
+        out.append("multi-block chunks")
+    if len({g.gpu_block_size for g in s.groups}) > 1:
+        out.append("mixed block sizes")
+    if any(g.eagle for g in s.groups):
+        out.append("EAGLE groups")
+    if any(g.pending or g.pending_tails for g in s.groups):
+        out.append("HIT_PENDING answers")
+    if any(g.deferred or g.deferred_tails for g in s.groups):
+        out.append("RETRY answers")
+    if any(g.stored_tails for g in s.groups):
+        out.append("stored tail keys")
+    if s.max_num_new_tokens is not None or s.max_load_tokens is not None:
+        out.append("caps")
+    if any(g.stored is not None for g in s.groups):
+        out.append("evicted keys")
+    return out
 
 
 def _say(msg: str) -> None:
@@ -103,6 +137,11 @@ def check_one(real: RealScheduler, s: Scenario, tally: Tally,
             tally.zero += hit == 0
             tally.hits += bool(hit)
             tally.load_plans += result.get("loads") is not None
+            tally.dims.update(v033_dims(s, result))
+            if mv.precondition is None:
+                # the model's verdict on a run the real scheduler matched step for step
+                tally.dims.update(f"breaks {v}" for v in mv.violations
+                                  if s.semantics.endswith("0.33.0"))
         if result.get("refused") is None and "t_lookup" in result and mv.seconds:
             tally.real_seconds += result["t_lookup"]
             tally.model_seconds += mv.seconds
@@ -208,21 +247,12 @@ def bench(real: RealScheduler, calls: int) -> tuple[float, float]:
     """Lookups/s (1 / the median call) of the real scheduler and of the model on the
     fixed benchmark; the real side excludes building the Request, the model side
     excludes resolving the layout (both are start-up work)."""
-    from model.layout import resolve_layout
-    from model.lookup import get_num_new_matched_tokens
-    from model.semantics import get_semantics
+    from sim.crosscheck.compare import timed_lookup
 
     sem_name = semantics_for(real.version)
     s = parse_scenario(dict(BENCH, semantics=sem_name))
     r = real.bench(to_case(s), calls)
-    sem = get_semantics(sem_name)
-    layout = resolve_layout(s, sem)
-    per_call = []
-    clock = time.perf_counter
-    for _ in range(calls):
-        t0 = clock()
-        get_num_new_matched_tokens(layout, s, sem)
-        per_call.append(clock() - t0)
+    per_call = [timed_lookup(s, sem_name) for _ in range(calls)]
     per_call.sort()
     # median calls on both sides: robust to other load on the machine
     return 1 / r["median"], 1 / per_call[len(per_call) // 2]

@@ -12,6 +12,13 @@ from typing import IO, Any
 from sim.crosscheck.envs import ROOT, ensure_env
 
 HARNESS = Path(__file__).resolve().parent / "adapters" / "harness.py"
+# vLLM 0.33.0 reworked the scheduler's API (LookupResult, chunks, the spec's config)
+HARNESS_V033 = Path(__file__).resolve().parent / "adapters" / "harness_v033.py"
+
+
+def harness_for(version: str) -> Path:
+    major_minor = tuple(int(x) for x in version.split(".")[:2])
+    return HARNESS_V033 if major_minor >= (0, 33) else HARNESS
 
 
 class HarnessError(RuntimeError):
@@ -29,7 +36,7 @@ class RealScheduler:
         self._log: IO[str] = tempfile.NamedTemporaryFile(
             "w+", prefix=f"crosscheck-{version}-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
-            [str(python), str(HARNESS)], cwd=ROOT, env=env, text=True,
+            [str(python), str(harness_for(version))], cwd=ROOT, env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, bufsize=1,
         )
         info = self._call({"op": "info"})

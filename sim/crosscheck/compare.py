@@ -8,6 +8,7 @@ from typing import Any
 
 from model.evaluate import Outcome, evaluate
 from model.scenario import Scenario
+from model.semantics import get_semantics
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,9 @@ class ModelView:
     # (GPU hit shape); the comparison then uses the model run without it (enforce=False)
     precondition: str | None = None
     seconds: float = 0.0  # the model's lookup time (start-up excluded, as for the real)
+    violations: tuple[str, ...] = ()  # the invariants the model finds broken
+    # 0.33.0: the GPU spec of the load (blocks per group, first block index per group)
+    gpu: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 def model_view(s: Scenario, semantics: str) -> ModelView:
@@ -34,18 +38,36 @@ def model_view(s: Scenario, semantics: str) -> ModelView:
             precondition, out = out.refused, relaxed
     seconds = 0.0
     if out.refused is None and out.layout is not None:
-        from model.lookup import get_num_new_matched_tokens
-        from model.semantics import get_semantics
-
-        sem = get_semantics(semantics)
-        t0 = time.perf_counter()
-        get_num_new_matched_tokens(out.layout, s, sem)
-        seconds = time.perf_counter() - t0
+        seconds = timed_lookup(s, semantics, out.layout)
     loads = None
     if out.refused is None and out.hit_tokens:
         loads = {gl.group: tuple(gl.blocks) for gl in out.loads}
+    gpu = None
+    if loads is not None and get_semantics(semantics).chunked:
+        gpu = (tuple(gl.gpu_blocks for gl in out.loads),
+               tuple(gl.gpu_block_index or 0 for gl in out.loads))
     return ModelView(out.refused, out.hit_tokens, tuple(out.lookups), loads,
-                     out.assertion, precondition, seconds)
+                     out.assertion, precondition, seconds,
+                     tuple(sorted({v.invariant for v in out.violations})), gpu)
+
+
+def timed_lookup(s: Scenario, semantics: str, layout: Any = None) -> float:
+    """Seconds one model lookup takes (the layout, start-up work, resolved outside)."""
+    from model import layout_v033, lookup_v033
+    from model.layout import resolve_layout
+    from model.lookup import get_num_new_matched_tokens
+    from model.semantics import get_semantics
+
+    sem = get_semantics(semantics)
+    if sem.chunked:
+        lay = layout or layout_v033.resolve_layout(s)
+        t0 = time.perf_counter()
+        lookup_v033.get_num_new_matched_tokens(lay, s)
+        return time.perf_counter() - t0
+    lay = layout or resolve_layout(s, sem)
+    t0 = time.perf_counter()
+    get_num_new_matched_tokens(lay, s, sem)
+    return time.perf_counter() - t0
 
 
 @dataclass
@@ -87,4 +109,10 @@ def compare(model: ModelView, real: dict[str, Any], *, check_lookups: bool = Tru
                       else {g: tuple(blocks) for g, blocks in real["loads"]})
         if model.loads != real_loads:
             diffs.append(f"load plan: model {model.loads} vs real {real_loads}")
+        real_gpu = real.get("gpu")
+        if model.gpu is not None and real_gpu is not None:
+            rg = (tuple(real_gpu[0]), tuple(real_gpu[1]))
+            if model.gpu != rg:
+                diffs.append(f"GPU blocks loaded (per group: count, first index): "
+                             f"model {model.gpu} vs real {rg}")
     return Verdict(not diffs, diffs)

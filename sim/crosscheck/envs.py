@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = Path(__file__).resolve().parent / "requirements"
 TORCH = "torch==2.13.0"
 STAMP = ".crosscheck-ready"
-VERSIONS = ("0.23.0", "0.24.0")
+VERSIONS = ("0.23.0", "0.24.0", "0.33.0")
 
 
 def venvs_dir() -> Path:

@@ -3,7 +3,12 @@
 Covers every group kind (full attention, sliding window, Mamba in modes align / none /
 all), 1-4 groups with block sizes that share a common unit (1-64 tokens), offloaded
 block size factors 1-4, prompts up to ~300 tokens, GPU prefix hits, stores with holes,
-deferred lookups, blocks being loaded, EAGLE groups, and the request flags.  Layouts a
+deferred lookups, blocks being loaded, EAGLE groups, and the request flags.  For
+vllm-0.33.0 also: blocks_per_chunk 1-3 (with per-group block sizes), HIT_PENDING and
+RETRY answers, partial-tail layouts (one block size, attention + Mamba align, a finer
+hash size) with stored / pending / retried tail keys, EAGLE attention groups with proof
+margins, the max_num_new_tokens / max_load_tokens caps, and attention chunks that are not
+a multiple of the Mamba chunk; evictions are arbitrary missing keys (holes in stores).  Layouts a
 release refuses at start-up are generated on purpose (mixed block sizes with a factor,
 Mamba groups of different sizes, hash_block_size overrides).
 """
@@ -15,7 +20,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from model.scenario import Scenario, parse_scenario
+from model.scenario import Scenario, parse_scenario, scenario_to_json
 
 UNITS = (1, 2, 4, 8, 16)
 MULTIPLES = (1, 2, 3, 4)
@@ -55,8 +60,146 @@ def _few(draw: st.DrawFn, n: int, p: float) -> list[int]:
     return sorted(set(draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3))))
 
 
+def _tails(draw: st.DrawFn, prompt: int, step: int, p: float) -> list[int]:
+    """Partial-tail keys (0.33.0): token positions, multiples of the hash size ``step``."""
+    ends = list(range(step, prompt + 1, step))
+    if not ends or not _chance(draw, p):
+        return []
+    if _chance(draw, 0.7):  # dense: most boundaries stored, a few evicted
+        return [e for e in ends if not _chance(draw, 0.2)]
+    return sorted(set(draw(st.lists(st.sampled_from(ends), min_size=1, max_size=4))))
+
+
+def _tail_layout(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
+    """0.33.0: a layout that supports partial tails (scheduler.py:283): one block size,
+    full attention plus Mamba align groups, a hash size finer than the block."""
+    unit = draw(st.sampled_from((1, 2, 4, 8)))
+    size = unit * draw(st.sampled_from((2, 3, 4)))
+    tph = unit if _chance(draw, 0.8) else size  # sometimes no finer hash: no tails
+    n_groups = 1 if _chance(draw, 0.1) else draw(st.integers(2, 3))
+    kinds = [draw(st.sampled_from(["full_attention", "mamba"])) for _ in range(n_groups)]
+    if "mamba" not in kinds:
+        kinds[-1] = "mamba"
+    if _chance(draw, 0.1):  # now and then a group that rules partial tails out
+        kinds[0] = draw(st.sampled_from(["sliding_window", "mamba_none"]))
+    if _chance(draw, 0.5):
+        prompt = size * draw(st.integers(1, max(1, 120 // size)))
+        prompt = max(1, prompt + draw(st.sampled_from([0, 1, -1, 2, unit, -unit, tph + 1])))
+    else:
+        prompt = draw(st.integers(1, 120))
+    computed = 0
+    if prompt > size and _chance(draw, 0.3):
+        computed = size * draw(st.integers(0, (prompt - 1) // size))
+    shared = _tails(draw, prompt, tph, 0.9)  # tail keys every group stored at once
+    groups = []
+    for kind in kinds:
+        n_blocks = prompt // size + 1
+        g: dict[str, Any] = {"gpu_block_size": size}
+        if kind == "mamba_none":
+            g.update(kind="mamba", mamba_cache_mode="none")
+        elif kind == "mamba":
+            g.update(kind="mamba", mamba_cache_mode="align")
+        elif kind == "sliding_window":
+            g.update(kind=kind, sliding_window=draw(st.integers(1, 3 * size)))
+        else:
+            g["kind"] = kind
+            if _chance(draw, 0.3):
+                g["eagle"] = True
+        g["stored"] = _blocks(draw, n_blocks, 0.4)
+        g["deferred"] = _few(draw, n_blocks, 0.05)
+        g["pending"] = _few(draw, n_blocks, 0.05)
+        g["being_loaded"] = _few(draw, n_blocks, 0.05)
+        evicted = set(_tails(draw, prompt, tph, 0.3))
+        g["stored_tails"] = sorted(set(shared) - evicted)
+        g["pending_tails"] = _tails(draw, prompt, tph, 0.08)
+        g["deferred_tails"] = _tails(draw, prompt, tph, 0.08)
+        groups.append(g)
+    out: dict[str, Any] = {
+        "semantics": semantics, "block_size_factor": 1, "prompt_tokens": prompt,
+        "num_computed_tokens": computed, "groups": groups,
+    }
+    if n_groups > 1 and (tph != size or _chance(draw, 0.2)):
+        out["hash_block_size"] = tph
+    return out
+
+
+def _v033_extras(draw: st.DrawFn, out: dict[str, Any], chunks: bool = True
+                 ) -> dict[str, Any]:
+    """0.33.0's new dimensions on a drawn scenario: chunking, answers, tails, caps."""
+    prompt = out["prompt_tokens"]
+    if _chance(draw, 0.25 if chunks else 0.05):
+        out["blocks_per_chunk"] = draw(st.sampled_from([1, 2, 3]))
+        if _chance(draw, 0.8):
+            out["block_size_factor"] = 1  # both set is refused (config.py:126)
+    for g in out["groups"]:
+        n = prompt // g["gpu_block_size"] + 1
+        if "pending" not in g:
+            g["pending"] = _few(draw, n, 0.1)
+        if "stored_tails" not in g:
+            g["stored_tails"] = _tails(draw, prompt, g["gpu_block_size"], 0.05)
+        if g["kind"] == "mamba" and _chance(draw, 0.1):
+            g["eagle"] = True  # real layouts have none; 0.33.0 does not forbid it
+        if g["kind"] == "mamba" and _chance(draw, 0.9):
+            # 0.33.0 ties the mode to prefix caching (models/config.py:764, 781)
+            on = out.get("enable_prefix_caching", True)
+            g["mamba_cache_mode"] = "align" if on else "none"
+    if not out.get("enable_prefix_caching", True) and _chance(draw, 0.9):
+        out["num_computed_tokens"] = 0  # no GPU prefix hit without prefix caching
+    if _chance(draw, 0.15):
+        out["max_num_new_tokens"] = draw(st.integers(0, prompt))
+    if _chance(draw, 0.15):
+        out["max_load_tokens"] = draw(st.integers(0, prompt))
+    return out
+
+
+def _uneven_layout(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
+    """0.33.0: full attention whose chunk is not a multiple of the Mamba align chunk,
+    with an attention store that may stop the hit inside a Mamba chunk (the class that
+    breaks no-partial-state; tests/scenarios/vllm-0.33.0-breaks/)."""
+    unit = draw(st.sampled_from((1, 2, 4, 8, 16)))
+    attn, mamba = draw(st.sampled_from([(3, 2), (2, 3), (3, 4), (4, 3), (5, 2), (6, 4)]))
+    prompt = draw(st.integers(1, 240))
+    k = draw(st.integers(0, prompt // (attn * unit) + 1))
+    groups: list[dict[str, Any]] = [
+        {"kind": "full_attention", "gpu_block_size": attn * unit, "stored": list(range(k))},
+        {"kind": "mamba", "gpu_block_size": mamba * unit, "mamba_cache_mode": "align",
+         "stored": _blocks(draw, prompt // (mamba * unit) + 1, 0.6)},
+    ]
+    if _chance(draw, 0.5):
+        groups.reverse()
+    return {"semantics": semantics, "block_size_factor": 1, "prompt_tokens": prompt,
+            "num_computed_tokens": 0, "groups": groups}
+
+
+def _real_layout(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
+    """0.33.0: a layout real model configurations produce (docs/layouts-vllm-0.33.0.json,
+    ``sim.layouts.strategy``), with partial-tail keys where the layout has them."""
+    from sim.layouts.strategy import real_layout_scenarios
+
+    out = scenario_to_json(draw(real_layout_scenarios(semantics)))
+    tph = out.get("hash_block_size")
+    if tph:
+        shared = _tails(draw, out["prompt_tokens"], tph, 0.7)
+        for g in out["groups"]:
+            g["stored_tails"] = shared
+    return out
+
+
 @st.composite
 def scenario_dicts(draw: st.DrawFn, semantics: str = "vllm-0.24.0") -> dict[str, Any]:
+    if semantics == "vllm-0.33.0":
+        if _chance(draw, 0.15):
+            return _real_layout(draw, semantics)
+        if _chance(draw, 0.1):
+            return _v033_extras(draw, _uneven_layout(draw, semantics))
+        if _chance(draw, 0.5):
+            return _v033_extras(draw, _tail_layout(draw, semantics), chunks=False)
+        return _v033_extras(draw, draw(_classic_dicts(semantics)))
+    return draw(_classic_dicts(semantics))
+
+
+@st.composite
+def _classic_dicts(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
     unit = draw(st.sampled_from(UNITS))
     n_groups = draw(st.integers(1, 4))
     same = _chance(draw, 0.6)

@@ -14,7 +14,13 @@ The harness turns a case into real vLLM objects (``adapters/harness.py``):
   (group, offloaded block index): deferred -> None, stored -> True, else False;
 - ``being_loaded`` -> those blocks' offload keys in ``_blocks_being_loaded``;
 - ``in_flight_transfers`` -> a fake job id in the request state's ``transfer_jobs``;
-- ``skip_reading_prefix_cache`` -> ``SamplingParams(skip_reading_prefix_cache=True)``.
+- ``skip_reading_prefix_cache`` -> ``SamplingParams(skip_reading_prefix_cache=True)``;
+- 0.33.0 (``adapters/harness_v033.py``): ``blocks_per_chunk`` -> the extra config;
+  ``pending`` -> HIT_PENDING, ``deferred`` -> RETRY, ``stored_tails`` / ``pending_tails``
+  / ``deferred_tails`` -> the answers for the partial-tail keys ending at those tokens;
+  ``max_load_tokens`` -> the request's ``kv_transfer_params``; ``max_num_new_tokens`` ->
+  the argument of ``get_num_new_matched_tokens``; ``hash_block_size`` ->
+  ``cache_config.prefix_match_unit``.
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ def offloaded_block_size(s: Scenario, group: int) -> int:
 
 
 def extra_config(s: Scenario) -> dict[str, Any]:
+    if s.blocks_per_chunk is not None:  # 0.33.0 (offloading/config.py:131)
+        out: dict[str, Any] = {"blocks_per_chunk": s.blocks_per_chunk}
+        if s.block_size_factor != 1:  # both: 0.33.0 refuses (offloading/config.py:126)
+            out["block_size"] = s.groups[0].gpu_block_size * s.block_size_factor
+        return out
     if s.block_size_factor == 1:
         return {}
     # with several GPU block sizes the spec refuses whatever we pass (base.py:507)
@@ -51,6 +62,10 @@ def to_case(s: Scenario) -> dict[str, Any]:
         store.append({
             "stored": None if g.stored is None else sorted(g.stored),
             "deferred": sorted(g.deferred),
+            "pending": sorted(g.pending),
+            "stored_tails": sorted(g.stored_tails),
+            "pending_tails": sorted(g.pending_tails),
+            "deferred_tails": sorted(g.deferred_tails),
         })
         being_loaded.extend([i, b] for b in sorted(g.being_loaded))
     return {
@@ -65,6 +80,8 @@ def to_case(s: Scenario) -> dict[str, Any]:
         "being_loaded": being_loaded,
         "in_flight_transfers": s.in_flight_transfers,
         "skip_reading_prefix_cache": s.skip_reading_prefix_cache,
+        "max_num_new_tokens": s.max_num_new_tokens,
+        "max_load_tokens": s.max_load_tokens,
     }
 
 

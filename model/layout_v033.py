@@ -1,0 +1,239 @@
+"""vLLM 0.33.0 start-up: the offloading configuration and the checks that refuse layouts.
+
+0.33.0 moved the start-up work: ``build_offloading_config`` (offloading/config.py) resolves
+the hash size (``tokens_per_hash``) and ``blocks_per_chunk``; ``SchedulerOffloadConfig.
+from_spec`` (offloading/scheduler.py) builds the per-group chunk sizes, whether partial
+tails are supported and the EAGLE proof margins; ``resolve_kv_cache_block_sizes`` and
+``resolve_cache_hit_alignment_tokens`` (v1/core/kv_cache_utils.py) give the hash size and
+the granularity of GPU prefix-cache hits. A chunk is ``blocks_per_chunk`` GPU blocks of a
+group, so groups with different block sizes have different chunk sizes. Every step cites
+its 0.33.0 line (``model.citations``, version "0.33.0").
+
+Scope: what the scenario format can express: full attention, sliding window (without
+``extra_retained_tokens``), Mamba in modes none/align/all; every group prefix-cacheable
+and offloaded; no decode context parallelism; no prefix_cache_retention_interval.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from model.citations import cite
+from model.layout import Refused, cdiv
+from model.scenario import Scenario
+
+V = "0.33.0"
+
+
+@dataclass(frozen=True)
+class ChunkGroup:
+    """One group's ``GroupOffloadConfig`` (scheduler.py:96) as the model needs it."""
+
+    group_idx: int
+    kind: str
+    mamba_cache_mode: str | None
+    tokens_per_block: int
+    tokens_per_chunk: int
+    hashes_per_chunk: int
+    sliding_window: int | None  # the spec's window in tokens (sliding-window groups)
+    sliding_window_size_in_chunks: int | None  # None: full attention; Mamba: 1
+    is_eagle_group: bool
+    requires_cow_source: bool  # Mamba align: partial-tail data comes from a CoW copy
+
+    def load_window_size_in_chunks(self, num_tokens: int) -> int | None:
+        """scheduler.py:117: a sliding window may need one more chunk when the hit's
+        right edge is not chunk-aligned (the allocator keeps the window ending there)."""
+        window = self.sliding_window_size_in_chunks
+        if self.kind == "sliding_window":
+            assert window is not None and self.sliding_window is not None
+            right_padding = -num_tokens % self.tokens_per_chunk  # scheduler.py:123
+            window = max(window, cdiv(self.sliding_window - 1 + right_padding,
+                                      self.tokens_per_chunk))
+        return window
+
+
+@dataclass(frozen=True)
+class ChunkLayout:
+    groups: tuple[ChunkGroup, ...]
+    blocks_per_chunk: int
+    tokens_per_hash: int
+    scheduler_block_size: int
+    cache_hit_alignment_tokens: int
+    sliding_window_groups: tuple[int, ...]
+    lookup_groups: tuple[int, ...]
+    mamba_align_size: int | None
+    supports_partial_tail: bool
+    partial_tail_block_size: int  # 0 without partial tails
+    eagle_proof_margins: dict[int, int]
+
+    @property
+    def max_eagle_proof_margin(self) -> int:
+        return max(self.eagle_proof_margins.values(), default=0)
+
+    def partial_tail_key_tokens(self, group: int, boundary: int) -> int:
+        """scheduler.py:1158: the token position whose hash keys a group's tail block."""
+        return boundary + self.eagle_proof_margins.get(group, 0)
+
+
+def resolve_block_sizes(s: Scenario) -> tuple[int, int]:
+    """``resolve_kv_cache_block_sizes`` (kv_cache_utils.py:816): (scheduler block size,
+    tokens_per_hash) for a connector-enabled engine; the scenario's ``hash_block_size``
+    is ``cache_config.prefix_match_unit``."""
+    sizes = [g.gpu_block_size for g in s.groups]
+    if len(sizes) <= 1:  # kv_cache_utils.py:840
+        bs = sizes[0]
+        if s.hash_block_size not in (None, bs):  # kv_cache_utils.py:847-853
+            raise Refused(cite(V, "hash_single_group"),
+                          f"prefix_match_unit (hash_block_size) {s.hash_block_size} differs "
+                          f"from the single group's block size {bs}")
+        return bs, bs
+    scheduler_block_size = math.lcm(*sizes)  # kv_cache_utils.py:863
+    # kv_cache_utils.py:878: a Mamba group outside align mode backs off to the lcm
+    if any(g.kind == "mamba" and g.mamba_cache_mode != "align" for g in s.groups):
+        return scheduler_block_size, scheduler_block_size
+    requested = s.hash_block_size  # kv_cache_utils.py:891: the override, else the gcd
+    tokens_per_hash = requested if requested is not None else math.gcd(*sizes)
+    if any(bs % tokens_per_hash for bs in sizes):  # kv_cache_utils.py:892
+        raise Refused(cite(V, "hash_invalid"),
+                      f"prefix_match_unit (hash_block_size) {tokens_per_hash} does not "
+                      f"divide every group block size {sizes}")
+    return scheduler_block_size, tokens_per_hash
+
+
+def _partial_hash_hits(s: Scenario, tokens_per_hash: int, with_managers: bool) -> bool:
+    """``partial_hash_hits_enabled`` (kv_cache_utils.py:762)."""
+    if not any(g.kind == "mamba" and g.mamba_cache_mode == "align"
+               and g.gpu_block_size > tokens_per_hash for g in s.groups):
+        return False
+    if not with_managers:
+        return True
+    # kv_cache_utils.py:786: SlidingWindowManager cannot look up below its block size
+    # (FullAttentionManager and MambaManager can: single_type_kv_cache_manager.py:740, 1429)
+    return not any(g.kind == "sliding_window" and g.gpu_block_size != tokens_per_hash
+                   for g in s.groups)
+
+
+def _blocks_per_chunk(s: Scenario) -> int:
+    """config.py:121-158: ``blocks_per_chunk`` or a token ``block_size`` (our factor)."""
+    factor_set = s.block_size_factor != 1
+    if s.blocks_per_chunk is not None and factor_set:
+        raise Refused(cite(V, "chunk_both"),
+                      "blocks_per_chunk and block_size (block_size_factor) are both set")
+    if s.blocks_per_chunk is not None:
+        return s.blocks_per_chunk  # config.py:132
+    if factor_set and len({g.gpu_block_size for g in s.groups}) != 1:
+        raise Refused(cite(V, "same_block_size"),
+                      "block_size (block_size_factor != 1) needs every group to have the "
+                      "same gpu_block_size; blocks_per_chunk has no such rule")
+    return s.block_size_factor  # config.py:150
+
+
+def check_mamba_modes(s: Scenario) -> None:
+    """0.33.0 ties the Mamba cache mode to prefix caching: mode "all" is gone
+    (``MambaCacheMode``, config/cache.py:176); ``MambaModelConfig`` turns "none" into
+    "align" when prefix caching is on and "align" into "none" when it is off
+    (model_executor/models/config.py:764, 781), and ``MambaManager`` asserts align
+    whenever caching is on (v1/core/single_type_kv_cache_manager.py:1442)."""
+    for i, g in enumerate(s.groups):
+        if g.kind != "mamba":
+            continue
+        if g.mamba_cache_mode == "all":
+            raise Refused(cite(V, "mamba_modes"),
+                          f"groups[{i}].mamba_cache_mode: 'all' is not a mode of 0.33.0")
+        if s.enable_prefix_caching and g.mamba_cache_mode != "align":
+            raise Refused(cite(V, "mamba_mode_align_on"),
+                          f"groups[{i}].mamba_cache_mode: with prefix caching on 0.33.0 "
+                          "runs Mamba in mode 'align'")
+        if not s.enable_prefix_caching and g.mamba_cache_mode != "none":
+            raise Refused(cite(V, "mamba_mode_none_off"),
+                          f"groups[{i}].mamba_cache_mode: with prefix caching off 0.33.0 "
+                          "runs Mamba in mode 'none'")
+
+
+def resolve_layout(s: Scenario) -> ChunkLayout:
+    """Build what 0.33.0's start-up builds, or raise ``Refused`` naming the check."""
+    check_mamba_modes(s)
+    scheduler_block_size, tph = resolve_block_sizes(s)
+    for g in s.groups:  # config.py:113
+        if g.gpu_block_size % tph:
+            raise Refused(cite(V, "hash_divides"),
+                          f"gpu_block_size {g.gpu_block_size} is not divisible by "
+                          f"tokens_per_hash {tph}")
+    bpc = _blocks_per_chunk(s)
+    groups = []
+    for i, g in enumerate(s.groups):
+        tpc = g.gpu_block_size * bpc  # scheduler.py:256
+        window: int | None = None
+        if g.kind == "sliding_window":  # config.py:64 (extra_retained_tokens = 0)
+            assert g.sliding_window is not None
+            window = cdiv(g.sliding_window, tpc)
+        elif g.kind == "mamba":
+            window = 1  # config.py:81: Mamba depends on a single state
+        groups.append(ChunkGroup(
+            group_idx=i, kind=g.kind, mamba_cache_mode=g.mamba_cache_mode,
+            tokens_per_block=g.gpu_block_size, tokens_per_chunk=tpc,
+            hashes_per_chunk=tpc // tph,  # scheduler.py:257
+            sliding_window=g.sliding_window, sliding_window_size_in_chunks=window,
+            is_eagle_group=g.eagle,  # scheduler.py:265 (KVCacheGroupSpec.is_eagle_group)
+            requires_cow_source=g.kind == "mamba" and g.mamba_cache_mode == "align",  # :266
+        ))
+    full = [c.group_idx for c in groups if c.sliding_window_size_in_chunks is None]
+    windowed = [c.group_idx for c in groups if c.sliding_window_size_in_chunks is not None]
+    # scheduler.py:588: windowed groups by window size, largest first (stable sort)
+    windowed.sort(key=lambda i: groups[i].sliding_window_size_in_chunks or 0, reverse=True)
+    align = [c for c in groups if c.requires_cow_source]
+    if len({c.tokens_per_chunk for c in align}) > 1:  # scheduler.py:153
+        raise Refused(cite(V, "mamba_align_assert"),
+                      "Mamba align groups disagree on the offloaded chunk size "
+                      f"{sorted({c.tokens_per_chunk for c in align})}")
+    mamba_align_size = align[-1].tokens_per_chunk if align else None  # scheduler.py:154
+    # scheduler.py:274-292: partial tails need one block per chunk, one block size, a
+    # Mamba align group whose block is finer than the hash, no windowed attention
+    supports_partial_tail = (
+        bpc == 1
+        and len({c.tokens_per_block for c in groups}) == 1
+        and any(c.requires_cow_source and c.tokens_per_block > tph for c in groups)
+        and all(c.sliding_window_size_in_chunks is None or c.requires_cow_source
+                for c in groups)
+    )
+    ptbs = groups[0].tokens_per_block if supports_partial_tail else 0  # scheduler.py:597
+    # core.py:359 / kv_cache_utils.py:921: the granularity of GPU prefix-cache hits
+    alignment = scheduler_block_size
+    if s.enable_prefix_caching and len(groups) > 1 and _partial_hash_hits(s, tph, True):
+        alignment = tph
+    margins: dict[int, int] = {}
+    if supports_partial_tail:  # scheduler.py:610: EAGLE proof margin per attention group
+        fine = alignment < ptbs  # scheduler.py:608 (full attention looks up finely)
+        for c in groups:
+            if c.is_eagle_group and not c.requires_cow_source:
+                # eagle_proof_margin (kv_cache_utils.py:804)
+                margins[c.group_idx] = tph if fine and ptbs > tph else ptbs
+    return ChunkLayout(
+        groups=tuple(groups), blocks_per_chunk=bpc, tokens_per_hash=tph,
+        scheduler_block_size=scheduler_block_size, cache_hit_alignment_tokens=alignment,
+        sliding_window_groups=tuple(windowed),
+        lookup_groups=tuple(full) + tuple(windowed),  # scheduler.py:593
+        mamba_align_size=mamba_align_size, supports_partial_tail=supports_partial_tail,
+        partial_tail_block_size=ptbs, eagle_proof_margins=margins,
+    )
+
+
+def check_request(s: Scenario, layout: ChunkLayout) -> None:
+    """Refuse requests a real 0.33.0 engine cannot produce (the GPU prefix hit's shape)."""
+    if s.num_computed_tokens % layout.scheduler_block_size:
+        raise Refused(
+            cite(V, "hash_lcm"),
+            f"num_computed_tokens {s.num_computed_tokens} is not a multiple of the scheduler "
+            f"block size {layout.scheduler_block_size} (the cross-check's GPU hits are; "
+            "0.33.0's fine-grained hits are out of scope)")
+    if s.num_computed_tokens and not s.enable_prefix_caching:
+        raise Refused(
+            cite(V, "gpu_hit_cap"),
+            f"num_computed_tokens {s.num_computed_tokens}: no GPU prefix-cache hit exists "
+            "with prefix caching off")
+    if s.num_computed_tokens >= s.prompt_tokens:
+        raise Refused(
+            cite(V, "gpu_hit_cap"),
+            f"num_computed_tokens {s.num_computed_tokens} must be < prompt_tokens "
+            f"{s.prompt_tokens}: the GPU prefix hit always leaves the last prompt token")
