@@ -1,50 +1,113 @@
-"""Solve times of every theorem against every semantics, measured in one run.
+"""Wall and CPU time of the full proofs run and of the main theorem, against the targets.
 
-    python bench/bench_proofs.py [--necessity]
+    python bench/bench_proofs.py [--tree DIR] [--baseline DIR] [--jobs N] [--timeout S]
 
-Prints one line per (theorem, semantics) with its status and seconds, then the main
-theorem's time (no-partial-state on vllm-0.24.0), the total, and both against the
-targets (main theorem 2 s, whole suite 30 s) as ratios. With --necessity it also times
-showing each precondition necessary, as `python -m proofs` does.
+Runs, in this tree and (with --baseline) in another checkout of the project side by side
+in the same invocation (e.g. --baseline /work/main for today's code):
+
+* the main theorem alone: ``python -m proofs --theorem no-partial-state --semantics
+  vllm-0.24.0 --no-necessity`` (target 2 s), and the seconds the full run's report gives
+  it;
+* the full main job, ``python -m proofs --report DIR`` (target 30 s on a 2-core machine).
+
+Each figure is wall time and the CPU time of the child processes (on a shared machine the
+wall time grows with the load; the CPU time much less). Exit 0 whatever the figures:
+this measures, it does not gate.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
+import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from model.semantics import SEMANTICS  # noqa: E402
-from proofs.report import run_one  # noqa: E402
-from proofs.theorems import THEOREMS  # noqa: E402
-
+ROOT = Path(__file__).resolve().parent.parent
 MAIN = ("no-partial-state", "vllm-0.24.0")
 TARGET_MAIN_S, TARGET_TOTAL_S = 2.0, 30.0
+
+
+@dataclass(frozen=True)
+class Timing:
+    wall: float
+    cpu: float
+    rc: int
+
+
+def _run(tree: Path, args: list[str], timeout: float) -> Timing:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    try:
+        rc = subprocess.run([sys.executable, "-m", "proofs", *args], cwd=tree,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            timeout=timeout, env={**os.environ, "PYTHONPATH": str(tree)}
+                            ).returncode
+    except subprocess.TimeoutExpired:
+        rc = 124
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Timing(wall, cpu, rc)
+
+
+def _main_in_report(report: Path) -> float | None:
+    try:
+        rows = json.loads((report / "report.json").read_text())["results"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return next((float(r["seconds"]) for r in rows
+                 if (r["theorem"], r["semantics"]) == MAIN), None)
+
+
+def measure(tree: Path, jobs: int, timeout: float) -> dict[str, object]:
+    alone = _run(tree, ["--theorem", MAIN[0], "--semantics", MAIN[1], "--no-necessity",
+                        "--report", tempfile.mkdtemp(prefix="bench-main-")], timeout)
+    out = Path(tempfile.mkdtemp(prefix="bench-full-"))
+    full = _run(tree, ["--report", str(out), "--jobs", str(jobs)], timeout)
+    return {"main_alone": alone, "full": full, "main_in_full": _main_in_report(out)}
+
+
+def _fmt(t: Timing) -> str:
+    flag = "" if t.rc == 0 else f" (exit {t.rc})"
+    return f"{t.wall:7.1f}s wall {t.cpu:7.1f}s CPU{flag}"
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--necessity", action="store_true")
+    p.add_argument("--baseline", type=Path, metavar="DIR",
+                   help="another checkout measured the same way (today's code)")
+    p.add_argument("--tree", type=Path, default=ROOT, metavar="DIR",
+                   help="the checkout to measure (default: this one)")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=3600.0, metavar="S")
     args = p.parse_args()
-    total = 0.0
-    main_s = 0.0
-    print(f"{'theorem':<20}{'semantics':<30}{'status':<16}{'seconds':>8}")
-    for t in THEOREMS:
-        for s in SEMANTICS:
-            t0 = time.perf_counter()
-            row = run_one(t, s, 300, args.necessity)
-            dt = time.perf_counter() - t0
-            total += dt
-            if (t, s) == MAIN:
-                main_s = dt
-            print(f"{t:<20}{s:<30}{row.verdict.status:<16}{dt:>8.2f}", flush=True)
-    print(f"main theorem {MAIN[0]} on {MAIN[1]}: {main_s:.2f}s "
-          f"(target {TARGET_MAIN_S:.0f}s, ratio {main_s / TARGET_MAIN_S:.2f})")
-    print(f"total: {total:.1f}s (target {TARGET_TOTAL_S:.0f}s, ratio {total / TARGET_TOTAL_S:.2f})")
+    trees = [("measured", args.tree.resolve())]
+    if args.baseline is not None:
+        trees.append(("baseline", args.baseline.resolve()))
+    for label, tree in trees:
+        if not (tree / "proofs" / "__main__.py").is_file():
+            print(f"--{'tree' if label == 'measured' else 'baseline'}: {tree} is not a "
+                  f"checkout of this project", file=sys.stderr)
+            return 2
+    print(f"cores: {os.cpu_count()}, jobs: {args.jobs}", flush=True)
+    for label, tree in trees:
+        r = measure(tree, args.jobs, args.timeout)
+        alone, full, in_full = r["main_alone"], r["full"], r["main_in_full"]
+        assert isinstance(alone, Timing) and isinstance(full, Timing)
+        in_full_s = "n/a" if in_full is None else f"{in_full:.1f}s"
+        print(f"{label} ({tree}):", flush=True)
+        print(f"  main theorem {MAIN[0]} on {MAIN[1]} alone: {_fmt(alone)} "
+              f"(target {TARGET_MAIN_S:.0f}s, ratio {alone.wall / TARGET_MAIN_S:.1f}); "
+              f"in the full run: {in_full_s}", flush=True)
+        print(f"  full python -m proofs:  {_fmt(full)} (target {TARGET_TOTAL_S:.0f}s, "
+              f"ratio {full.wall / TARGET_TOTAL_S:.1f})", flush=True)
     return 0
 
 

@@ -426,3 +426,13 @@ def cite(version: str, key: str) -> str:
     table = _LINES.get(version, _LINES["0.24.0"])
     path, line = table.get(key) or _LINES["0.24.0"][key]
     return f"vllm/{path}:{line}"
+
+
+def cited_lines(version: str) -> dict[str, tuple[str, int]]:
+    """Every step key of ``version`` -> (path under ``vllm/``, line); {} if not modelled."""
+    return dict(_LINES.get(version, {}))
+
+
+def cited_files() -> frozenset[str]:
+    """Every file (under ``vllm/``) a modelled step cites, in any release."""
+    return frozenset(path for table in _LINES.values() for path, _ in table.values())

@@ -25,7 +25,7 @@ from model.layout import Layout
 from model.maximality import larger_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import Semantics, get_semantics
-from proofs.abstract import abstract, obligations
+from proofs.abstract import obligations
 from proofs.encoding import (
     MAMBA,
     MODES,
@@ -44,7 +44,7 @@ from proofs.encoding import (
     startup,
     symbolic_config,
 )
-from proofs.layers import alignment_queries, final_query, lemma_queries
+from proofs.layers import CASES, KINDS, alignment_queries, final_query, lemma_queries
 from proofs.theorems import (
     PRECONDITIONS,
     TEMPLATE,
@@ -125,16 +125,16 @@ def _violation_fn(thm: Theorem) -> Callable[[Context, z3.ArithRef | None], z3.Bo
     return lambda ctx, cand: v(ctx)
 
 
-def _containment(sem: Semantics, assumed: Sequence[str], thm: Theorem, g: int, case: int,
+def _containment(sem: Semantics, assumed: Sequence[str], thm: Theorem, kind: str, case: str,
                  sub: int, rich: bool) -> list[z3.BoolRef]:
-    return final_query(sem, assumed, _violation_fn(thm), False, True, False, g, case, sub,
+    return final_query(sem, assumed, _violation_fn(thm), False, kind, True, False, case, sub,
                        rich, containment=True)
 
 
-def _final_given_containment(sem: Semantics, assumed: Sequence[str], thm: Theorem, g: int,
+def _final_given_containment(sem: Semantics, assumed: Sequence[str], thm: Theorem, kind: str,
                              rich: bool) -> list[z3.BoolRef]:
-    return final_query(sem, assumed, _violation_fn(thm), False, True, False, g,
-                       rich=rich, containment=False)
+    return final_query(sem, assumed, _violation_fn(thm), False, kind, rich=rich,
+                       containment=False)
 
 
 def _ready(query: list[z3.BoolRef], rich: bool) -> list[z3.BoolRef]:
@@ -147,40 +147,59 @@ def _prompt_at_most(bound: int, cfg: Config) -> list[z3.BoolRef]:
 
 def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
                   ) -> list[tuple[str, Callable[[bool], list[z3.BoolRef]]]]:
-    """The layered proof's queries (proofs.abstract): each must be unsatisfiable."""
+    """The layered proof's queries (proofs.abstract): each must be unsatisfiable. None
+    fixes the layout: the loop is proved for any number of groups, the lemmas and the
+    final step for a group of each kind."""
     maximal = thm.name == "maximality"
     quiet = "nothing-deferred-or-loading" in assumed
     queries = lemma_queries(sem, assumed, maximal)
-    a = abstract(TEMPLATE, sem, maximal, quiet)
-    for name, q in obligations(a, thm.name == "termination"):
+    for name, q in obligations(maximal, quiet):
         queries.append((name, partial(_ready, q)))
     if thm.aligned:
         queries += alignment_queries(sem, assumed)
-    if thm.containment:
-        for g in range(len(TEMPLATE)):
-            queries.append((f"property from the summary (g{g}), given containment",
-                            partial(_final_given_containment, sem, assumed, thm, g)))
-            for case in range(-1, len(TEMPLATE)):
+    for kind in KINDS:
+        if thm.containment:
+            queries.append((f"property from the summary ({kind}), given containment",
+                            partial(_final_given_containment, sem, assumed, thm, kind)))
+            for case in CASES:
                 for sub in range(4):
-                    where = "M0" if case < 0 else f"a block of g{case}"
                     queries.append((
-                        f"g{g} loads within what its lookup confirmed (hit ends at {where}, "
-                        f"case {sub})",
-                        partial(_containment, sem, assumed, thm, g, case, sub)))
-    elif thm.split:
-        for g in range(len(TEMPLATE)):
-            for case in range(-1, len(TEMPLATE)):
+                        f"a {kind} group loads within what its lookup confirmed (hit ends "
+                        f"at {case}, case {sub})",
+                        partial(_containment, sem, assumed, thm, kind, case, sub)))
+        elif thm.split:
+            for case in CASES:
                 for sub in range(4):
-                    where = "M0" if case < 0 else f"a block of g{case}"
                     queries.append((
-                        f"property from the summary (g{g}, hit ends at {where}, case {sub})",
+                        f"property from the summary ({kind}, hit ends at {case}, case {sub})",
                         partial(final_query, sem, assumed, _violation_fn(thm), maximal,
-                                thm.uses_store, thm.aligned, g, case, sub)))
-    elif thm.name != "termination":
-        queries.append(("property from the summary", lambda r: final_query(
-            sem, assumed, _violation_fn(thm), maximal, thm.uses_store, thm.aligned,
-            rich=r)))
+                                kind, thm.uses_store, thm.aligned, case, sub)))
+        elif thm.name != "termination":
+            queries.append((f"property from the summary ({kind})", partial(
+                final_query, sem, assumed, _violation_fn(thm), maximal, kind,
+                thm.uses_store, thm.aligned)))
     return queries
+
+
+# queries proved unsatisfiable in this process, shared across theorems: a lemma by
+# (semantics, assumed, name) (one proved with fewer preconditions holds with more), a
+# loop obligation by (maximal, quiet, name) (it does not depend on the semantics)
+_PROVED: set[tuple[object, ...]] = set()
+
+
+def _keys(thm: Theorem, sem: Semantics, assumed: Sequence[str], name: str
+          ) -> tuple[tuple[object, ...], list[tuple[object, ...]]]:
+    """The cache key a proof of query ``name`` is stored under, and the keys whose
+    proof also proves it."""
+    if name.startswith("lemma"):
+        key: tuple[object, ...] = ("lemma", sem.name, tuple(sorted(assumed)), name)
+        return key, [key, ("lemma", sem.name, (), name)]
+    if name.startswith("loop:"):
+        key = ("loop", thm.name == "maximality", "nothing-deferred-or-loading" in assumed,
+               name)
+        return key, [key]
+    key = ("final", thm.name, sem.name, tuple(sorted(assumed)), name)
+    return key, [key]
 
 
 def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
@@ -188,6 +207,9 @@ def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
     """('PROVED' | 'FAILED' | 'UNKNOWN', which obligation) for ``thm`` under ``assumed``."""
     deadline = time.monotonic() + timeout_ms / 1000
     for name, build in proof_queries(thm, sem, assumed):
+        key, known = _keys(thm, sem, assumed, name)
+        if any(k in _PROVED for k in known):
+            continue
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
             return "UNKNOWN", f"{name}: out of time"
@@ -199,12 +221,13 @@ def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
             if left <= 0:
                 break
             res, _ = _solve(build(rich), left if budget is None else min(left, budget))
-            if res == z3.unsat:
-                break
+            if res == z3.unsat or (rich and res == z3.sat):
+                break  # rich grounding has every instance plain has: its sat stands
         if res == z3.sat:
             return "FAILED", name
         if res == z3.unknown:
             return "UNKNOWN", f"{name}: solver returned unknown"
+        _PROVED.add(key)
     return "PROVED", ""
 
 
@@ -409,7 +432,9 @@ def check(thm_name: str, sem_name: str, timeout_ms: int = 30_000,
         if a not in PRECONDITIONS:
             raise ValueError(f"precondition: unknown name {a!r}")
     t0 = time.monotonic()
-    status, where = prove(thm, sem, assumed, timeout_ms)
+    # at most half the time for the proof: an obligation Z3 cannot settle must leave the
+    # counterexample search its share
+    status, where = prove(thm, sem, assumed, timeout_ms // 2)
     if status == "PROVED":
         return Verdict("PROVED", time.monotonic() - t0)
     left = timeout_ms - int((time.monotonic() - t0) * 1000)

@@ -299,6 +299,27 @@ class Derived:
     align_on: z3.BoolRef  # whether the semantics rounds at all
     order: tuple[int, ...]  # _lookup_groups
     windowed: tuple[int, ...]  # _sliding_window_groups
+    any_windowed: z3.BoolRef  # the layout has a sliding-window or Mamba group
+    # the GPU block size of a Mamba align group outside ``cfg`` (with an Env), when
+    # align_on: what a precondition on every group's block size says of it too
+    outside_align_gpu: z3.ArithRef | None = None
+
+
+@dataclass(frozen=True)
+class Env:
+    """What the rest of an unknown layout contributes to a proof about a few of its
+    groups (``proofs.abstract``): whether it has a windowed group, whether it rounds to
+    a Mamba alignment size, and the GPU block size of the Mamba align group that sets
+    that size. ``derive`` ties them to the groups at hand as the start-up checks do."""
+
+    any_windowed: z3.BoolRef
+    align_on: z3.BoolRef
+    align_gpu: z3.ArithRef
+
+
+def symbolic_env(tag: str = "") -> Env:
+    return Env(z3.Bool(f"layout_has_windowed{tag}"), z3.Bool(f"layout_rounds{tag}"),
+               z3.Int(f"align_group_gpu_block_size{tag}"))
 
 
 def check_order(kinds: Sequence[str]) -> None:
@@ -310,8 +331,11 @@ def check_order(kinds: Sequence[str]) -> None:
         raise ValueError(f"template {kinds}: expected full_attention*, sliding_window?, mamba*")
 
 
-def derive(enc: Enc, cfg: Config, sem: Semantics) -> Derived:
-    check_order(cfg.kinds)
+def derive(enc: Enc, cfg: Config, sem: Semantics, env: Env | None = None) -> Derived:
+    """The derived quantities of ``cfg``'s groups: the whole layout (``env`` None), or a
+    few groups of an unknown layout (``env``: what the rest contributes)."""
+    if env is None:
+        check_order(cfg.kinds)
     n = len(cfg.kinds)
     obs = tuple(cfg.gpu[g] * cfg.factor for g in range(n))
     keys = tuple(enc.floordiv(cfg.prompt, obs[g], f"keys{g}") for g in range(n))
@@ -336,14 +360,37 @@ def derive(enc: Enc, cfg: Config, sem: Semantics) -> Derived:
         align = obs[aligned[0]]
     else:
         align = z3.IntVal(1)
+    full = tuple(g for g, k in enumerate(cfg.kinds) if k == FA)
+    windowed = tuple(g for g, k in enumerate(cfg.kinds) if k != FA)
+    any_windowed: z3.BoolRef = z3.BoolVal(bool(windowed))
+    if env is not None:
+        # the layout has these groups, and maybe more: rounding is on if one of them is
+        # a Mamba align group; the size comes from some align group (scheduler.py:108)
+        enc.add(z3.Implies(align_on, env.align_on), env.align_gpu >= 1)
+        if windowed:
+            enc.add(env.any_windowed)
+        enc.add(z3.Implies(env.align_on, env.any_windowed))  # align groups are Mamba
+        any_windowed, align_on = env.any_windowed, env.align_on
+        if sem.align_from != "cache_config":
+            align = env.align_gpu * cfg.factor
+        for g, k in enumerate(cfg.kinds):
+            # kv_cache_utils.py:655 / base.py:493: a Mamba group has the smallest block
+            # size; base.py:507: block_size_factor > 1 needs one block size
+            enc.add(z3.Implies(env.align_on, env.align_gpu <= cfg.gpu[g]),
+                    z3.Implies(z3.And(env.align_on, cfg.factor != 1),
+                               env.align_gpu == cfg.gpu[g]))
+            mode = cfg.mode[g]
+            if k == MAMBA and sem.align_assert and mode is not None:
+                # scheduler.py:121: every Mamba align group has the align size
+                enc.add(z3.Implies(mode == MODE_ALIGN, env.align_gpu == cfg.gpu[g]))
+                if sem.align_from != "cache_config":  # the same, said to the solver
+                    align = z3.If(mode == MODE_ALIGN, obs[g], align)
     if sem.align_at == "none":
         align_on = z3.BoolVal(False)
     eagle = tuple(z3.And(cfg.eagle[g], z3.BoolVal(sem.eagle)) for g in range(n))
-    full = tuple(g for g, k in enumerate(cfg.kinds) if k == FA)
-    windowed = tuple(g for g, k in enumerate(cfg.kinds) if k != FA)
     cap = tuple(k * o for k, o in zip(keys, obs, strict=True))
     return Derived(obs, keys, cap, tuple(win), start, eagle, align, align_on, full + windowed,
-                   windowed)
+                   windowed, any_windowed, None if env is None else env.align_gpu)
 
 
 def startup(cfg: Config, sem: Semantics) -> z3.BoolRef:
@@ -456,14 +503,12 @@ def initial_max_hit_blocks(enc: Enc, cfg: Config, d: Derived, sem: Semantics
                            ) -> tuple[z3.ArithRef, z3.ArithRef | None]:
     """max_hit_size_tokens before the loop, and (when rounded) its multiple of the
     alignment size."""
-    m: z3.ArithRef = cfg.prompt
+    m: z3.ArithRef = cfg.prompt - 1  # scheduler.py:467
     blocks = None
-    if d.windowed:
-        m = cfg.prompt - 1  # scheduler.py:467
-        if sem.align_at == "max_hit":
-            blocks = enc.floordiv(m, d.align, "rounded")
-            m = z3.If(d.align_on, d.align * blocks, m)  # scheduler.py:470
-    return m, blocks
+    if sem.align_at == "max_hit":
+        blocks = enc.floordiv(m, d.align, "rounded")
+        m = z3.If(d.align_on, d.align * blocks, m)  # scheduler.py:470
+    return z3.If(d.any_windowed, m, cfg.prompt), blocks
 
 
 def initial_state(enc: Enc, cfg: Config, d: Derived, sem: Semantics) -> State:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 import time
 from collections import Counter
@@ -274,7 +275,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="calls for the fixed benchmark (0 skips it)")
     ap.add_argument("--no-lookups", action="store_true",
                     help="do not compare the order of manager.lookup calls")
+    pr = ap.add_argument_group(
+        "PR check", "check a vLLM source tree (branch, unpacked sdist/wheel, .whl, "
+        ".tar.gz) against its nearest modelled release; prints a Markdown report; exit 0 "
+        "nothing modelled changed, 1 behaviour changed, 2 an invariant broken (or bad "
+        "input: one error line, no report)")
+    pr.add_argument("--vllm-source", type=Path, metavar="PATH", help="the tree to check")
+    pr.add_argument("--base", default=None, help="check against this modelled release "
+                    "(default: the nearest, see sim/crosscheck/README.md)")
+    pr.add_argument("--report", type=Path, default=None, metavar="FILE",
+                    help="write the Markdown report here (default: stdout)")
+    pr.add_argument("--no-corpus", action="store_true",
+                    help="generated scenarios only (no seed case, no scenario files)")
     args = ap.parse_args(argv)
+    if args.vllm_source is not None:
+        return pr_check(args)
     versions = [v.strip() for v in args.vllm.split(",") if v.strip()]
     paths = iter_scenario_paths(args.scenarios) if args.scenarios else []
     check_lookups = not args.no_lookups
@@ -324,6 +339,46 @@ def main(argv: list[str] | None = None) -> int:
         _say("  " + line)
     _say("  result: " + ("DISAGREEMENTS (see above)" if failed else "all agree"))
     return 1 if failed else 0
+
+
+def pr_check(args: argparse.Namespace) -> int:
+    """``--vllm-source``: the PR check (see ``prcheck.py``); bad input -> one line, 2."""
+    from sim.crosscheck.client import HarnessError
+    from sim.crosscheck.prcheck import CORPUS, check_tree
+    from sim.crosscheck.prreport import render
+    from sim.crosscheck.tree import TreeError, find_package
+
+    if args.examples < 0 or args.examples > 1_000_000:
+        print(f"error: --examples: {args.examples} is not in 0..1000000", file=sys.stderr)
+        return 2
+    corpus = None if args.no_corpus else [Path(p) for p in args.scenarios or CORPUS]
+    import tempfile
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="pr-check-") as scratch:
+            # a .whl / .tar.gz is unpacked under scratch, removed afterwards
+            tree = find_package(args.vllm_source, Path(scratch))
+            result = check_tree(tree, examples=args.examples, seed=args.seed or 0,
+                                corpus=corpus, base=args.base)
+    except TreeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except HarnessError as e:
+        # the exception the harness died of (the last "...Error: ..." line of its log)
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        errors = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception)\b", ln)]
+        why = (errors or lines or ["the harness failed"])[-1][:300]
+        print(f"error: --vllm-source: the tree's files do not run on the release's "
+              f"environment: {why}", file=sys.stderr)
+        return 2
+    text = render(result)
+    if args.report is not None:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(text + "\n")
+        _say(f"report: {args.report} (exit {result.exit_code})")
+    else:
+        print(text)
+    return result.exit_code
 
 
 if __name__ == "__main__":

@@ -28,11 +28,16 @@ class HarnessError(RuntimeError):
 class RealScheduler:
     """A running harness for one version: ``run(case)`` returns the real result dict."""
 
-    def __init__(self, version: str) -> None:
+    def __init__(self, version: str, overlay: Path | None = None) -> None:
+        """``overlay``: a directory from ``tree.build_overlay``, put first on the
+        harness's ``PYTHONPATH``; no bytecode is written (the release's env stays as is)."""
         self.version = version
         python = ensure_env(version)
         env = dict(os.environ, PYTHONHASHSEED="0", VLLM_LOGGING_LEVEL="ERROR",
                    TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="")
+        if overlay is not None:
+            env["PYTHONPATH"] = str(overlay)
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
         self._log: IO[str] = tempfile.NamedTemporaryFile(
             "w+", prefix=f"crosscheck-{version}-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
@@ -42,6 +47,10 @@ class RealScheduler:
         info = self._call({"op": "info"})
         if info.get("version") != version:
             raise HarnessError(f"harness for {version} reports {info!r}")
+        self.scheduler_file: str = info.get("scheduler_file", "")
+        if overlay is not None and not self.scheduler_file.startswith(str(overlay)):
+            raise HarnessError(f"the overlay {overlay} was not imported "
+                               f"(scheduler from {self.scheduler_file})")
 
     def _call(self, msg: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None

@@ -37,6 +37,29 @@ def env_python(version: str) -> Path:
     return env_dir(version) / "bin" / "python"
 
 
+def release_package(version: str) -> Path | None:
+    """The release's ``vllm`` package inside its environment, None if not made yet."""
+    found = sorted(env_dir(version).glob("lib/python*/site-packages/vllm/__init__.py"))
+    return found[0].parent if found and is_ready(version) else None
+
+
+def modelled_releases() -> tuple[str, ...]:
+    """Releases with both model semantics (``vllm-X``) and an environment recipe, oldest
+    first: the bases a source tree can be checked against.  A new release plugs in by
+    adding its semantics and ``requirements/vllm-X.txt``."""
+    from model.semantics import get_semantics
+
+    def modelled(version: str) -> bool:
+        try:
+            return get_semantics(f"vllm-{version}").base_version == version
+        except ValueError:
+            return False
+
+    have = [p.stem.removeprefix("vllm-") for p in REQUIREMENTS.glob("vllm-*.txt")]
+    found = [v for v in have if modelled(v)]
+    return tuple(sorted(found, key=lambda v: tuple(int(x) for x in v.split("."))))
+
+
 def requirements_file(version: str) -> Path:
     path = REQUIREMENTS / f"vllm-{version}.txt"
     if not path.exists():

@@ -59,7 +59,8 @@ def _variants(raw: dict[str, Any]) -> Iterator[dict[str, Any]]:
             v["prompt_tokens"] = q
             yield v
     for i, g in enumerate(groups):
-        for key in ("deferred", "being_loaded", "eagle"):
+        for key in ("deferred", "being_loaded", "eagle", "pending", "stored_tails",
+                    "pending_tails", "deferred_tails"):
             if g.get(key):
                 v = copy.deepcopy(raw)
                 del v["groups"][i][key]

@@ -214,8 +214,8 @@ def _err(e: BaseException) -> str:
     tb = traceback.extract_tb(e.__traceback__)
     where = ""
     for fr in reversed(tb):
-        if "site-packages/vllm/" in fr.filename:
-            where = f" at vllm/{fr.filename.split('site-packages/vllm/')[1]}:{fr.lineno}"
+        if "/vllm/" in fr.filename:  # the release's site-packages or a PR check overlay
+            where = f" at vllm/{fr.filename.rsplit('/vllm/', 1)[1]}:{fr.lineno}"
             break
     return f"{type(e).__name__}{where}: {msg}"
 
@@ -398,7 +398,8 @@ def main() -> None:
         op = msg.get("op")
         try:
             if op == "info":
-                reply: dict[str, Any] = {"version": VERSION}
+                reply: dict[str, Any] = {"version": VERSION,
+                                         "scheduler_file": sched_mod.__file__}
             elif op == "run":
                 reply = run_case(msg["case"])
             elif op == "bench":

@@ -1,0 +1,131 @@
+"""Known-bug benchmark of the PR check (``python -m sim.crosscheck --vllm-source``).
+
+Each known alignment bug is a small unified diff under ``bench/known_bugs/`` (header
+lines ``# bug:``, ``# release:``, ``# invariant:``) re-introduced into a copy of that
+release's Python tree (the overlaid paths only), then checked by the PR check with
+generated scenarios only (no seed case, no corpus: the fuzz has to find it), stopping
+at the first scenario that breaks an invariant.  A control row checks the unchanged
+release tree (exit 0 expected).  Prints a Markdown table: bug, patch, detected or not,
+seconds to detect (from the start of the check: release choice, overlay, harness start,
+scenarios), the first breaking scenario (shrunk).  Exit 1 if a bug goes undetected or
+the control reports a change.
+
+    python bench/bench_known_bugs.py [--quick] [--sources DIR] [--out FILE]
+
+``--sources``: where the releases' sources are: ``DIR/vllm-X/`` (an unpacked wheel),
+``DIR/vllm-X-*.whl`` (as ``pip download --no-deps vllm==X -d DIR`` leaves it), or an
+installed ``vllm`` package directory.
+Needs the release environments (``python -m sim.crosscheck.envs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sim.crosscheck.envs import modelled_releases  # noqa: E402
+from sim.crosscheck.knownbugs import (  # noqa: E402
+    GONE_BECAUSE,
+    NEEDS_RELEASE,
+    BugError,
+    apply_patch,
+    load_bugs,
+    release_tree,
+)
+from sim.crosscheck.prcheck import check_tree  # noqa: E402
+from sim.crosscheck.prreport import compact  # noqa: E402
+from sim.crosscheck.tree import find_package, release_tuple  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="CI mode: a smaller control run (300 scenarios, not 2000)")
+    ap.add_argument("--sources", type=Path, default=Path("/work/wheels"))
+    ap.add_argument("--examples", type=int, default=5000,
+                    help="most generated scenarios per bug (default: %(default)s)")
+    ap.add_argument("--only", action="append", default=[], help="run only this bug")
+    ap.add_argument("--out", type=Path, default=None, help="also write the table here")
+    args = ap.parse_args(argv)
+    modelled = modelled_releases()
+    bugs = [b for b in load_bugs() if not args.only or b.name in args.only]
+    rows = []
+    results = []
+    ok = True
+    scratch = Path(tempfile.mkdtemp(prefix="known-bugs-"))
+    try:
+        versions = sorted({b.release for b in bugs if b.release in modelled})
+        for v in versions:  # control: the unchanged release tree must exit 0
+            tree = find_package(release_tree(args.sources, v, scratch / f"vllm-{v}"))
+            t0 = time.monotonic()
+            r = check_tree(tree, examples=300 if args.quick else 2000, corpus=None)
+            dt = time.monotonic() - t0
+            good = r.exit_code == 0
+            ok &= good
+            rows.append(f"| control: unchanged vLLM {v} | — | exit {r.exit_code} "
+                        f"({'ok' if good else 'CHANGES REPORTED'}) | {dt:.0f} s for "
+                        f"{r.checked} scenarios | — |")
+            results.append({"bug": f"control-{v}", "exit": r.exit_code,
+                            "seconds": round(dt, 1), "scenarios": r.checked})
+        for b in bugs:
+            patch = f"`{b.patch.relative_to(ROOT)}`" if b.patch else "—"
+            if b.release not in modelled:
+                rows.append(f"| {b.what} | {patch} | not run: vLLM {b.release} is not "
+                            f"modelled (modelled: {', '.join(modelled)}) | — | — |")
+                continue
+            assert b.patch is not None
+            dest = release_tree(args.sources, b.release, scratch / b.name)
+            apply_patch(b.patch, dest)
+            r = check_tree(find_package(dest), examples=args.examples, corpus=None,
+                           stop_first=True, shrink_budget=200)
+            broken = {inv for c in r.changes for inv in c.new_broken}
+            detected = r.exit_code == 2 and b.invariant in broken
+            ok &= detected
+            first = next((c for c in r.changes if b.invariant in c.new_broken), None)
+            scen = (f"`{json.dumps(compact(first.scenario), sort_keys=True)}`" if first
+                    else "—")
+            secs = (f"{r.first_break_s:.1f} (start-up {r.startup_s:.1f}, then "
+                    f"{r.checked} scenarios)" if r.first_break_s is not None else "—")
+            rows.append(f"| {b.name}: {b.what} | {patch} | "
+                        f"{'yes' if detected else 'NO'} (exit {r.exit_code}, breaks "
+                        f"{', '.join(sorted(broken)) or 'nothing'}) | {secs} | {scen} |")
+            results.append({"bug": b.name, "exit": r.exit_code, "detected": detected,
+                            "seconds": r.first_break_s, "startup_seconds": r.startup_s,
+                            "scenarios": r.checked,
+                            "first": r.first_break,
+                            "shrunk": first.scenario if first else None})
+        for name, what, fixed, gone in NEEDS_RELEASE:
+            if any(b.name == name for b in bugs) or (args.only and name not in args.only):
+                continue
+            hosts = [m for m in modelled
+                     if release_tuple(fixed) <= release_tuple(m) < release_tuple(gone)]
+            why = (f"no patch for vLLM {hosts[-1]} under bench/known_bugs/ yet" if hosts
+                   else f"needs a modelled release from {fixed} to before {gone} "
+                   f"(modelled: {', '.join(modelled)}; {GONE_BECAUSE[name]})")
+            rows.append(f"| {name}: {what} | — | not run: {why} | — | — |")
+    except BugError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    table = "\n".join([
+        "| bug | patch | detected | seconds to detect (from the start of the check) | "
+        "first breaking scenario (shrunk) |",
+        "| --- | --- | --- | --- | --- |", *rows])
+    print(table)
+    if args.out is not None:
+        args.out.write_text(table + "\n")
+        args.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Witnesses against vacuity: a proof under premises no run satisfies proves nothing.
+
+For a theorem, a semantics and a precondition set, a witness is a run of the exact
+encoding (unrolled, a few blocks per group, small block sizes) that the start-up checks
+and the preconditions accept, with a non-zero hit that restores a Mamba state (cache
+mode align) — for maximality also a valid hit (``proofs.theorems.valid_hit``) of that
+kind. It is replayed through ``model/``: the model must give the same hit, the same
+Mamba load and, for maximality, agree that the hit is valid. A theorem is only counted
+PROVED with its witness (``proofs.report``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+import proofs.theorems as theorems
+from model.evaluate import evaluate
+from model.layout import Layout
+from model.maximality import is_valid_hit
+from model.scenario import parse_scenario
+from model.semantics import Semantics
+from proofs.check import scenario_from_model
+from proofs.encoding import (
+    MAMBA,
+    MODE_ALIGN,
+    Enc,
+    derive,
+    finished,
+    initial_state,
+    load_plan,
+    next_pass,
+    result_of,
+    run_pass,
+    select,
+    startup,
+    symbolic_config,
+)
+
+PASSES = 2
+BLOCKS = 4
+
+
+@dataclass(frozen=True)
+class Witness:
+    found: bool
+    seconds: float
+    scenario: dict[str, Any] | None = None
+    hit: int = 0
+    valid_hit: int | None = None  # maximality: the valid hit the witness shows
+    note: str = ""
+
+
+def _query(sem: Semantics, assumed: Sequence[str], maximal: bool, gpu: int, factor: int,
+           passes: int) -> tuple[z3.Solver, Any, z3.ArithRef, z3.ArithRef | None]:
+    enc = Enc(bound=BLOCKS)
+    cfg = symbolic_config(theorems.TEMPLATE)
+    d = derive(enc, cfg, sem)
+    init = initial_state(enc, cfg, d, sem)
+    cons = [startup(cfg, sem), cfg.factor == factor]
+    cons += [b == gpu for b in cfg.gpu] + [k <= BLOCKS for k in d.keys]
+    cons += [theorems.precondition_formula(p, enc, cfg, d) for p in assumed]
+    st = run_pass(enc, cfg, d, init, d.order)
+    for _ in range(passes - 1):
+        st = select(finished(st), st, next_pass(enc, cfg, d, st))
+    res = result_of(enc, cfg, d, sem, st)
+    mamba = [g for g, k in enumerate(cfg.kinds) if k == MAMBA]
+    hit = res.hit
+    candidate = None
+    if maximal:  # the premise maximality rests on: a valid hit exists
+        candidate = z3.Int("valid_hit")
+        ctx = theorems.Context(enc, cfg, d, sem, res, init.m)
+        cons.append(theorems.valid_hit(ctx, candidate))
+        hit = candidate
+    loads = load_plan(enc, cfg, d, hit, mamba)
+    cons += [finished(st), z3.Not(res.deferred), res.hit > 0, hit > 0]
+    cons.append(z3.Or([z3.And(cfg.mode[g] == MODE_ALIGN, loads[g].lo < loads[g].hi)
+                       for g in mamba]))
+    s = z3.Solver()
+    s.add(*(cons + enc.cons))
+    return s, cfg, res.hit, candidate
+
+
+def witness(thm_name: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 60_000
+            ) -> Witness:
+    t0 = time.monotonic()
+    deadline = t0 + timeout_ms / 1000
+    maximal = thm_name == "maximality"
+    for passes, gpu, factor in itertools.product(range(1, PASSES + 1), (1, 2), (1, 2)):
+        left = int((deadline - time.monotonic()) * 1000)
+        if left <= 0:
+            break
+        s, cfg, hit, cand = _query(sem, assumed, maximal, gpu, factor, passes)
+        s.set("timeout", left)
+        if s.check() != z3.sat:
+            continue
+        m = s.model()
+        scen = scenario_from_model(m, cfg, sem)
+        z_hit = m.eval(hit, model_completion=True).as_long()
+        z_cand = None if cand is None else m.eval(cand, model_completion=True).as_long()
+        why = replay(scen, z_hit, z_cand)
+        if why:
+            return Witness(False, time.monotonic() - t0, scen, z_hit, z_cand,
+                           f"witness not reproduced by model/ ({why}): encoding bug")
+        return Witness(True, time.monotonic() - t0, scen, z_hit, z_cand)
+    return Witness(False, time.monotonic() - t0,
+                   note=f"no run with a non-zero hit and a Mamba state load satisfies the "
+                        f"premises (within {PASSES} passes, {BLOCKS} blocks per group, "
+                        f"block sizes 1-2): the proof may be vacuous")
+
+
+def replay(scenario: dict[str, Any], hit: int, valid: int | None) -> str:
+    """'' if ``model/`` shows the same run, else what differs."""
+    s = parse_scenario(scenario)
+    o = evaluate(s)
+    if o.refused or not isinstance(o.layout, Layout):  # the encoding covers SEMANTICS
+        return f"model refuses it: {o.refused}"
+    if o.hit_tokens != hit:
+        return f"model gives hit {o.hit_tokens}, Z3 {hit}"
+    if valid is not None:
+        from model.semantics import get_semantics
+        if not is_valid_hit(s, o.layout, get_semantics(s.semantics), valid):
+            return f"model says hit {valid} is not valid"
+        return ""
+    if not any(ld.blocks and s.groups[ld.group].kind == "mamba" for ld in o.loads):
+        return "model loads no Mamba block"
+    return ""

@@ -1,0 +1,96 @@
+"""Known alignment bugs re-introduced as source patches (``bench/known_bugs/*.diff``).
+
+Each patch has header lines ``# bug:``, ``# release:``, ``# invariant:`` (the invariant
+the PR check must report broken).  ``release_tree`` copies what the PR check reads of a
+release (its overlaid paths and ``_version.py``) from an unpacked wheel, a ``.whl`` or
+an installed ``vllm`` package; ``apply_patch`` re-introduces a bug into such a copy.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.crosscheck.envs import ROOT
+from sim.crosscheck.tree import OVERLAY
+
+
+class BugError(ValueError):
+    """A patch that does not apply, or missing sources: one line."""
+
+
+BUGS_DIR = ROOT / "bench" / "known_bugs"
+# Known bugs that need a release the model does not cover yet: (name, what, release).
+# (name, what, first release with the fix, first release without the code path)
+NEEDS_RELEASE = [
+    ("mamba-all-unrounded", 'vLLM #51094 reverted: mamba_cache_mode="all" not rounded '
+     "(fixed in 0.28.0)", "0.28.0", "0.33.0"),
+]
+# why a release from the last field on cannot host the bug
+GONE_BECAUSE = {
+    "mamba-all-unrounded": 'vLLM 0.33.0 has no mode "all" (vllm/config/cache.py:176: '
+                           'MambaCacheMode is "align" or "none")',
+}
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    what: str
+    release: str
+    invariant: str
+    patch: Path | None
+
+
+def load_bugs() -> list[Bug]:
+    bugs = []
+    for p in sorted(BUGS_DIR.glob("*.diff")):
+        head = {}
+        for line in p.read_text().splitlines():
+            if not line.startswith("# "):
+                break
+            key, _, value = line[2:].partition(":")
+            head[key.strip()] = value.strip()
+        bugs.append(Bug(p.stem, head["bug"], head["release"], head["invariant"], p))
+    return bugs
+
+
+def release_tree(sources: Path, version: str, dest: Path) -> Path:
+    """Copy the overlaid paths (and ``_version.py``) of release ``version`` to ``dest``
+    from ``sources/vllm-X/vllm/``, ``sources/vllm-X-*.whl`` or, when ``sources`` is a
+    ``vllm`` package directory itself, from it."""
+    unpacked = (sources if (sources / "__init__.py").is_file()
+                else sources / f"vllm-{version}" / "vllm")
+    wanted = ["_version.py", *OVERLAY]
+    if unpacked.is_dir():
+        for rel in wanted:
+            src, dst = unpacked / rel, dest / "vllm" / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if src.is_dir():
+                shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+            elif src.is_file():
+                shutil.copy2(src, dst)
+        return dest
+    wheels = sorted(sources.glob(f"vllm-{version}-*.whl"))
+    if not wheels:
+        raise BugError(f"--sources: neither {unpacked.parent} nor "
+                       f"vllm-{version}-*.whl in {sources}")
+    with zipfile.ZipFile(wheels[0]) as z:
+        for name in z.namelist():
+            rel = name.removeprefix("vllm/")
+            if name.startswith("vllm/") and name.endswith(".py") and any(
+                    rel == w or rel.startswith(w + "/") for w in wanted):
+                z.extract(name, dest)
+    return dest
+
+
+def apply_patch(patch: Path, tree: Path) -> None:
+    proc = subprocess.run(["patch", "-p1", "-s", "--no-backup-if-mismatch", "-d",
+                           str(tree), "-i", str(patch)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BugError(f"{patch.name} does not apply: {(proc.stdout + proc.stderr).strip()}")
+
+
