@@ -2,7 +2,7 @@
 
 Checks every theorem against every semantics, prints a line per pair as it goes, writes
 report.json, report.md, the pictures and (when every theorem and semantics ran) the
-reviewers' spec (spec.md, spec.html: proofs/spec.py) to DIR, and exits 0 only if every
+reviewers' spec (spec.md and spec/*.md, with HTML: proofs/spec.py) to DIR, and exits 0 only if every
 result matches its declared expectation (and every precondition is shown necessary).
 """
 
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                        args.jobs)
         write_report(rows, tmp)
         if full:
-            write_spec(tmp, collect_facts())  # the reviewers' spec
+            write_spec(tmp, collect_facts())  # the reviewers' spec and its pages
         bad = [r for r in rows if not r.matches]
         verdict = (f"{'FAIL' if bad else 'PASS'}: {len(rows) - len(bad)} of {len(rows)} "
                    f"results match their expectation ({scope})")
