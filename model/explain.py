@@ -61,8 +61,9 @@ def token_line(s: Scenario, o: Outcome) -> list[str]:
         lines.append(f"{_group_label(g, i, obs):<{pad}}" + "".join(row))
         if load is not None and load.blocks:
             lrow = [" "] * cols
-            for b in load.blocks:
-                for c in range(b * obs // scale, min(cols, cdiv((b + 1) * obs, scale))):
+            first, stop = load.blocks[0], load.blocks[-1] + 1
+            for c in range(cols):  # a column per `scale` tokens, not a step per block
+                if c * scale // obs < stop and first < cdiv((c + 1) * scale, obs):
                     lrow[c] = "^"
             if load.state_position is not None:
                 c = min(cols - 1, max(0, load.state_position // scale - 1))
@@ -101,7 +102,10 @@ def explain(s: Scenario, o: Outcome) -> str:
     out.append(f"result: {hit} ({o.lookup.reason})")
     for load in o.loads:
         state = "" if load.state_position is None else f", state at token {load.state_position}"
-        out.append(f"  load group {load.group}: blocks {list(load.blocks)}{state}")
+        blocks = load.blocks
+        shown = (str(list(blocks)) if len(blocks) <= 16
+                 else f"[{blocks[0]}, ..., {blocks[-1]}] ({len(blocks):,} blocks)")
+        out.append(f"  load group {load.group}: blocks {shown}{state}")
     if o.assertion:
         out.append(f"  vLLM assertion would fail: {o.assertion}")
     out.extend(token_line(s, o))
@@ -112,52 +116,111 @@ def explain(s: Scenario, o: Outcome) -> str:
     return "\n".join(out)
 
 
-def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "") -> None:
-    """The same picture as ``token_line``, drawn with matplotlib."""
+def _tokens(n: int) -> str:
+    return f"{n} token" + ("" if n == 1 else "s")
+
+
+COLORS = {"#": "#9acd32", ".": "#ffffff", "?": "#ffd700", "L": "#ffa500"}
+CELL_WORDS = {"#": "stored block", ".": "missing block", "?": "deferred block",
+              "L": "block being loaded"}
+GPU_HIT, HIT, LARGER, BAD = "#8fbc8f", "#4682b4", "#9370db", "#d62728"
+
+
+def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "",
+             larger: int | None = None, unreachable: str | None = None) -> None:
+    """The same picture as ``token_line``, drawn with matplotlib, with a legend of every
+    colour and mark it uses. ``larger``: a larger valid hit to draw beside the returned one
+    (maximality); ``unreachable``: why no engine produces this input (drawn as a badge)."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.ticker import MaxNLocator
 
     T = s.prompt_tokens
     n = len(s.groups)
-    fig, ax = plt.subplots(figsize=(min(16, 4 + T / 6), 1.6 + 0.9 * n))
-    end = s.num_computed_tokens + (o.hit_tokens or 0)
+    c = s.num_computed_tokens
+    width = max(7.5, min(16.0, 4 + T / 6))
+    extra = 1 if larger is not None else 0
+    fig, ax = plt.subplots(figsize=(width, 2.6 + 0.8 * (n + extra)), layout="constrained")
+    end = c + (o.hit_tokens or 0)
+    handles: list[Patch | Line2D] = []
+    seen: set[str] = set()
+
+    def legend(key: str, handle: Patch | Line2D) -> None:
+        if key not in seen:
+            seen.add(key)
+            handles.append(handle)
+
     y0 = n
-    ax.add_patch(Rectangle((0, y0), T, 0.6, color="#dddddd"))
-    if s.num_computed_tokens:
-        ax.add_patch(Rectangle((0, y0), s.num_computed_tokens, 0.6, color="#8fbc8f"))
+    ax.add_patch(Rectangle((0, y0), T, 0.6, facecolor="#dddddd", edgecolor="black", lw=0.4))
+    legend("prompt", Patch(facecolor="#dddddd", edgecolor="black", lw=0.4,
+                           label="prompt token (not hit)"))
+    if c:
+        ax.add_patch(Rectangle((0, y0), c, 0.6, color=GPU_HIT))
+        legend("gpu", Patch(color=GPU_HIT, label=f"GPU prefix hit ({_tokens(c)})"))
     if o.hit_tokens:
-        ax.add_patch(Rectangle((s.num_computed_tokens, y0), o.hit_tokens, 0.6, color="#4682b4"))
+        ax.add_patch(Rectangle((c, y0), o.hit_tokens, 0.6, color=HIT))
+        legend("hit", Patch(color=HIT, label=f"returned CPU hit ({_tokens(o.hit_tokens)})"))
     ax.text(-0.5, y0 + 0.3, "prompt", ha="right", va="center", fontsize=9)
-    ax.axvline(end, color="#4682b4", ls="--", lw=1)
+    ax.axvline(end, color=HIT, ls="--", lw=1)
+    legend("end", Line2D([], [], color=HIT, ls="--", label=f"hit ends at token {end}"))
+    if larger is not None:
+        y = n + 1
+        ax.add_patch(Rectangle((c, y), larger, 0.6, facecolor="none", edgecolor=LARGER,
+                               hatch="//", lw=1.2))
+        ax.text(-0.5, y + 0.3, "larger valid hit", ha="right", va="center", fontsize=9,
+                color=LARGER)
+        ax.axvline(c + larger, color=LARGER, ls=":", lw=1.2)
+        legend("larger", Patch(facecolor="none", edgecolor=LARGER, hatch="//",
+                               label=f"larger valid hit ({_tokens(larger)}, to token "
+                                     f"{c + larger}) the lookup gave away"))
     loads = {load.group: load for load in o.loads}
-    colors = {"#": "#9acd32", ".": "#ffffff", "?": "#ffd700", "L": "#ffa500"}
     for i, g in enumerate(s.groups):
         y = n - 1 - i
         obs = g.gpu_block_size * s.block_size_factor
         for b in range(T // obs):
-            ax.add_patch(Rectangle((b * obs, y), obs, 0.6, facecolor=colors[_cell(g, b)],
+            cell = _cell(g, b)
+            ax.add_patch(Rectangle((b * obs, y), obs, 0.6, facecolor=COLORS[cell],
                                    edgecolor="black", lw=0.6))
+            legend(cell, Patch(facecolor=COLORS[cell], edgecolor="black", lw=0.6,
+                               label=CELL_WORDS[cell]))
         load = loads.get(i)
         if load is not None:
             for b in load.blocks:
-                ax.add_patch(Rectangle((b * obs, y - 0.15), obs, 0.1, color="#4682b4"))
-            if load.state_position is not None:
-                bad = load.state_position != end and g.restores_state
+                ax.add_patch(Rectangle((b * obs, y - 0.15), obs, 0.1, color=HIT))
+                legend("load", Patch(color=HIT, label="block the load reads"))
+            if load.state_position is not None and g.restores_state:
+                bad = load.state_position != end
                 ax.plot([load.state_position], [y + 0.3], marker="v", ms=10,
-                        color="red" if bad else "black")
+                        color=BAD if bad else "black", ls="none")
+                key = "bad" if bad else "state"
+                legend(key, Line2D([], [], marker="v", ms=9, ls="none",
+                                   color=BAD if bad else "black",
+                                   label="restored Mamba state, not where the hit ends"
+                                   if bad else "restored Mamba state, where the hit ends"))
         ax.text(-0.5, y + 0.3, _group_label(g, i, obs), ha="right", va="center", fontsize=9)
     ax.set_xlim(-0.5, T + 0.5)
-    ax.set_ylim(-0.4, n + 0.9)
+    ax.set_ylim(-0.4, n + extra + 0.9)
     ax.set_yticks([])
-    ax.set_xlabel("token position (green: stored, white: missing, yellow: deferred; "
-                  "blue bar: loaded; triangle: restored state)")
-    verdict = "; ".join(f"{v.invariant}" for v in o.violations) or "no violation"
-    ax.set_title(title or f"{o.semantics}: hit {o.hit_tokens} - {verdict}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    ax.set_xlabel("token position")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    verdict = "; ".join(f"{v.invariant} broken" for v in o.violations) or "no invariant broken"
+    if larger is not None:
+        verdict += f"; a larger valid hit ({larger} > {o.hit_tokens or 0}) is given away"
+    head = title or f"{o.semantics}: hit {o.hit_tokens}"
+    chars = int(width * 11)
+    ax.set_title(textwrap.fill(f"{head}: {verdict}", chars), fontsize=10)
+    if unreachable:
+        fig.suptitle(textwrap.fill("NO ENGINE PRODUCES THIS INPUT: " + unreachable, chars),
+                     fontsize=8, color="white", backgroundcolor=BAD)
+    fig.legend(handles=handles, loc="outside lower center", ncol=2 if width < 10 else 3,
+               fontsize=8, frameon=False)
+    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
 
 

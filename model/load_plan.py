@@ -9,6 +9,7 @@ placeholders (``get_num_skipped_tokens`` in v1/core/single_type_kv_cache_manager
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from model.layout import GroupConfig, Layout, cdiv
@@ -18,7 +19,7 @@ from model.scenario import Group, Scenario
 @dataclass(frozen=True)
 class GroupLoad:
     group: int
-    blocks: tuple[int, ...]  # offloaded block indices whose keys go to prepare_load
+    blocks: Sequence[int]  # offloaded block indices (a range) whose keys go to prepare_load
     # Mamba groups: the token position of the recurrent state the load brings; an
     # offloaded Mamba block carries the state at its end (resolve_mamba_align_size
     # aligns to the offloaded block size, scheduler.py:108)
@@ -68,10 +69,10 @@ def _group_load(cfg: GroupConfig, g: Group, s: Scenario, num_external_tokens: in
         assertion = (f"group {cfg.group_idx}: {num_pending_gpu_blocks} pending GPU blocks "
                      f"exceed the window of {window * factor} (scheduler.py:728)")
     num_blocks = cdiv(num_cached_tokens, cfg.offloaded_block_size)  # scheduler.py:734
-    blocks: tuple[int, ...] = ()
+    blocks = range(0)
     if num_pending_gpu_blocks:
         start_block_idx = first_pending // factor  # scheduler.py:737 (627)
-        blocks = tuple(range(start_block_idx, num_blocks))  # scheduler.py:740 (630)
+        blocks = range(start_block_idx, num_blocks)  # scheduler.py:740 (630)
     state = None
     if g.kind == "mamba" and blocks:
         state = (blocks[-1] + 1) * cfg.offloaded_block_size

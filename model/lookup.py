@@ -51,77 +51,75 @@ class LookupResult:
 class _Manager:
     """Answers lookups from the scenario and records them (the only mutable piece).
 
-    A group with no deferred block answers from its stored set directly, and the blocks
-    looked up are kept as ranges: the same answers and order, without a call per block.
+    The blocks looked up are kept as ranges (segments), and each scan works on the runs
+    of hits between the listed blocks: the same answers and order as a call per block,
+    with work bounded by the stored and deferred blocks listed, not the prompt length.
     """
 
     groups: Sequence[Group]
     segments: list[Segment] = field(default_factory=list)
 
-    def lookup(self, group: int, block: int) -> bool | None:
-        self.segments.append((group, block, block + 1, 1))
-        return self.groups[group].answer(block)
+
+def _runs(blocks: range, stored: frozenset[int] | None, plus: frozenset[int],
+          minus: frozenset[int]) -> list[tuple[int, int]]:
+    """Maximal runs [a, b) of indices into ``blocks`` (ascending) whose block is a hit:
+    stored (None: every block) or in ``plus``, and not in ``minus``."""
+    lo, hi = blocks.start, blocks.stop
+    if stored is None:
+        cuts = sorted(b for b in minus if lo <= b < hi)
+        runs, a = [], lo
+        for c in cuts:
+            if c > a:
+                runs.append((a, c))
+            a = c + 1
+        if a < hi:
+            runs.append((a, hi))
+    else:
+        hits = sorted(b for b in (stored | plus) - minus if lo <= b < hi)
+        runs = []
+        for b in hits:
+            if runs and runs[-1][1] == b:
+                runs[-1] = (runs[-1][0], b + 1)
+            else:
+                runs.append((b, b + 1))
+    return [(a - lo, b - lo) for a, b in runs]
+
+
+def _any_in(items: frozenset[int], lo: int, hi: int) -> bool:
+    return any(lo <= b < hi for b in items)
 
 
 def _maximal_prefix_lookup(mgr: _Manager, group: int, blocks: range) -> int | None:
     # scheduler.py:388 (323): consecutive hits from the start; a deferred answer counts
     # as a hit so that the manager can start async lookups, but the result is None
     g = mgr.groups[group]
-    if not g.deferred and not g.pending:  # pending: 0.33.0 field, None here
-        stored = g.stored
-        n = len(blocks)
-        if stored is not None:
-            n = 0
-            while n < len(blocks) and blocks[n] in stored:
-                n += 1
-        if len(blocks):
-            mgr.segments.append((group, blocks.start, blocks.start + min(n + 1, len(blocks)), 1))
-        return n
-    hit_count = 0
-    defer_lookup = False
-    for block in blocks:
-        result = mgr.lookup(group, block)
-        if result is None:
-            defer_lookup = True
-            result = True
-        if not result:
-            break
-        hit_count += 1
+    waiting = g.deferred | g.pending  # pending: 0.33.0 field, answered as deferred here
+    runs = _runs(blocks, g.stored, waiting, frozenset())
+    hit_count = runs[0][1] if runs and runs[0][0] == 0 else 0
+    if len(blocks):  # the hits, then the first miss (if any) are looked up
+        mgr.segments.append((group, blocks.start,
+                             blocks.start + min(hit_count + 1, len(blocks)), 1))
+    defer_lookup = _any_in(waiting, blocks.start, blocks.start + hit_count)
     return None if defer_lookup else hit_count
 
 
 def _sliding_window_lookup(mgr: _Manager, group: int, blocks: range, window: int) -> int | None:
     # scheduler.py:407 (342): scan from the end for the last run of `window` hits and
-    # return its end index within `blocks`; a run that reaches the start counts as is
+    # return its end index within `blocks`; a run that reaches the start counts as is;
+    # a deferred answer breaks a run (and defers the result)
     g = mgr.groups[group]
-    if not g.deferred and not g.pending:  # pending: 0.33.0 field, None here
-        stored = g.stored
-        consecutive_hits = 0
-        for idx in range(len(blocks) - 1, -1, -1):
-            if stored is None or blocks[idx] in stored:
-                consecutive_hits += 1
-                if consecutive_hits == window:
-                    mgr.segments.append((group, blocks.stop - 1, blocks.start + idx - 1, -1))
-                    return idx + window
-            else:
-                consecutive_hits = 0
-        if len(blocks):
-            mgr.segments.append((group, blocks.stop - 1, blocks.start - 1, -1))
-        return consecutive_hits
-    defer_lookup = False
-    consecutive_hits = 0
-    for idx in range(len(blocks) - 1, -1, -1):
-        result = mgr.lookup(group, blocks[idx])
-        if result is None:
-            defer_lookup = True
-            result = False
-        if not result:
-            consecutive_hits = 0
-        else:
-            consecutive_hits += 1
-            if consecutive_hits == window:
-                return None if defer_lookup else idx + window
-    return None if defer_lookup else consecutive_hits
+    waiting = g.deferred | g.pending  # pending: 0.33.0 field, answered as deferred here
+    runs = _runs(blocks, g.stored, frozenset(), waiting)
+    for a, b in reversed(runs):
+        if b - a >= window:
+            idx = b - window  # the scan stops here, having looked up [idx, len)
+            mgr.segments.append((group, blocks.stop - 1, blocks.start + idx - 1, -1))
+            return None if _any_in(waiting, blocks.start + idx, blocks.stop) else b
+    if len(blocks):
+        mgr.segments.append((group, blocks.stop - 1, blocks.start - 1, -1))
+    if _any_in(waiting, blocks.start, blocks.stop):
+        return None
+    return runs[0][1] if runs and runs[0][0] == 0 else 0
 
 
 def _num_offload_keys(cfg: GroupConfig, num_tokens: int) -> int:
@@ -234,10 +232,10 @@ def lookup(layout: Layout, s: Scenario, sem: Semantics) -> LookupResult:
             obs = cfg.offloaded_block_size
             num_blocks = cdiv(num_computed_tokens + num_hit_tokens, obs)
             start_block_idx = num_computed_tokens // obs
-            hit_blocks = list(range(start_block_idx, num_blocks))
+            hit_blocks = range(start_block_idx, num_blocks)
             if cfg.sliding_window_size_in_blocks is not None:
                 hit_blocks = hit_blocks[-cfg.sliding_window_size_in_blocks:]
-            if any(b in g.being_loaded for b in hit_blocks):
+            if any(b in hit_blocks for b in g.being_loaded):
                 return result(None, f"group {cfg.group_idx}: a hit block is being loaded",
                               passes)
 

@@ -31,9 +31,9 @@ def is_valid_hit(s: Scenario, layout: Layout, sem: Semantics, hit: int) -> bool:
         return False
     for load in plan.loads:
         g = s.groups[load.group]
-        if any(b in g.deferred for b in load.blocks):
+        if any(b in load.blocks for b in g.deferred):
             return False
-        if s.enable_prefix_caching and any(b in g.being_loaded for b in load.blocks):
+        if s.enable_prefix_caching and any(b in load.blocks for b in g.being_loaded):
             return False
     return True
 

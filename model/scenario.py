@@ -3,12 +3,25 @@
 A scenario is a JSON object that people write by hand and that proofs/ and sim/
 exchange. ``parse_scenario`` turns it into a frozen ``Scenario`` or raises
 ``ScenarioError`` with a one-line message that names the offending field.
+
+Validation is declarative: ``TOP_FIELDS`` and ``GROUP_FIELDS`` list every field with its
+type, bounds and default (add a field by adding a row). Sizes a real engine cannot
+reach are refused with the limit named:
+
+- token counts and sizes at most ``MAX_TOKENS`` = 2**24 (16,777,216): above the longest
+  context of any model vLLM serves (Llama 4 Scout, 10M tokens; vLLM refuses a prompt
+  longer than ``max_model_len``, v1/engine/input_processor.py), so no request reaches it;
+- at most ``MAX_GROUPS`` = 512 groups: a KV-cache group holds at least one attention or
+  Mamba layer, and no model vLLM serves has that many layers (Llama 3.1 405B has 126);
+- a block index at most ``prompt_tokens`` (a block holds at least one token): the store's
+  keys come from the prompt's block hashes, so a block past the prompt is never looked up;
+- a file at most ``MAX_FILE_BYTES`` (16 MiB) and JSON nested at most ``MAX_DEPTH`` deep.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,21 +30,23 @@ from model.semantics import MODEL_SEMANTICS as SEMANTICS
 
 KINDS = ("full_attention", "sliding_window", "mamba")
 MAMBA_MODES = ("none", "align", "all")
-
-_GROUP_FIELDS = {
-    "kind", "gpu_block_size", "stored", "sliding_window", "mamba_cache_mode", "eagle",
-    "deferred", "being_loaded", "pending", "stored_tails", "pending_tails", "deferred_tails",
-}
-_TOP_FIELDS = {
-    "semantics", "block_size_factor", "prompt_tokens", "num_computed_tokens", "groups",
-    "enable_prefix_caching", "skip_reading_prefix_cache", "in_flight_transfers",
-    "mamba_block_size", "hash_block_size", "description", "expect",
-    "blocks_per_chunk", "max_num_new_tokens", "max_load_tokens",
-}
+MAX_TOKENS = 2**24
+MAX_GROUPS = 512
+MAX_FILE_BYTES = 16 * 2**20
+MAX_DEPTH = 32
+_TOKENS_WHY = "longer than any model vLLM serves (max_model_len)"
 
 
 class ScenarioError(ValueError):
     """Bad input: the message is one line and starts with the field's path."""
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a scenario file says its lookup gives; ``python -m model`` checks it."""
+
+    hit_tokens: int | None | str = "any"  # an int, None (deferred) or "any"
+    violations: tuple[str, ...] | None = None  # None: not checked
 
 
 @dataclass(frozen=True)
@@ -94,6 +109,7 @@ class Scenario:
     max_num_new_tokens: int | None = None
     max_load_tokens: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    expect: Expect | None = field(default=None, compare=False)
 
     def with_semantics(self, name: str) -> Scenario:
         from dataclasses import replace
@@ -101,127 +117,287 @@ class Scenario:
         return replace(self, semantics=name)
 
 
-def _int(obj: Mapping[str, Any], key: str, where: str, minimum: int, default: Any = ...) -> Any:
-    if key not in obj:
-        if default is ...:
-            raise ScenarioError(f"{where}{key}: required field is missing")
-        return default
-    value = obj[key]
-    if value is None and default is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ScenarioError(f"{where}{key}: expected an integer, got {value!r}")
-    if value < minimum:
-        raise ScenarioError(f"{where}{key}: must be >= {minimum}, got {value}")
-    return value
+# ---- the field tables -----------------------------------------------------------------
+
+REQUIRED = object()  # a Field default: the field must be present
 
 
-def _bool(obj: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
-    value = obj.get(key, default)
-    if not isinstance(value, bool):
-        raise ScenarioError(f"{where}{key}: expected true or false, got {value!r}")
-    return value
+@dataclass(frozen=True)
+class Field:
+    """One JSON field: its type, bounds and default (``REQUIRED``: must be present)."""
+
+    name: str
+    type: str  # int | bool | str | blocks | blocks_or_all | tokens | choice | any
+    default: Any = REQUIRED
+    minimum: int = 0
+    maximum: int = MAX_TOKENS
+    why: str = _TOKENS_WHY  # why the maximum
+    choices: tuple[str, ...] = ()
+    only_for: str | None = None  # a group field that only this kind has
 
 
-def _blocks(obj: Mapping[str, Any], key: str, where: str, allow_all: bool) -> frozenset[int] | None:
-    value = obj.get(key, [] if not allow_all else ...)
-    if value is ...:
-        raise ScenarioError(f"{where}{key}: required field is missing")
+TOP_FIELDS: tuple[Field, ...] = (
+    Field("semantics", "choice", choices=tuple(SEMANTICS)),
+    Field("block_size_factor", "int", minimum=1),
+    Field("prompt_tokens", "int", minimum=1),
+    Field("num_computed_tokens", "int", minimum=0),
+    Field("groups", "any"),
+    Field("enable_prefix_caching", "bool", True),
+    Field("skip_reading_prefix_cache", "bool", False),
+    Field("in_flight_transfers", "bool", False),
+    Field("mamba_block_size", "int", None, minimum=1),
+    Field("hash_block_size", "int", None, minimum=1),
+    Field("blocks_per_chunk", "int", None, minimum=1),
+    Field("max_num_new_tokens", "int", None, minimum=0),
+    Field("max_load_tokens", "int", None, minimum=0),
+    Field("description", "str", None),
+    Field("expect", "any", None),
+)
+GROUP_FIELDS: tuple[Field, ...] = (
+    Field("kind", "choice", choices=KINDS),
+    Field("gpu_block_size", "int", minimum=1),
+    Field("stored", "blocks_or_all"),
+    # vLLM asserts sliding_window > 0 (scheduler.py:97)
+    Field("sliding_window", "int", minimum=1, only_for="sliding_window"),
+    Field("mamba_cache_mode", "choice", choices=MAMBA_MODES, only_for="mamba"),
+    Field("eagle", "bool", False),
+    Field("deferred", "blocks", frozenset()),
+    Field("being_loaded", "blocks", frozenset()),
+    Field("pending", "blocks", frozenset()),
+    # token positions a partial-tail key ends at (vllm-0.33.0): at most prompt_tokens
+    Field("stored_tails", "tokens", frozenset()),
+    Field("pending_tails", "tokens", frozenset()),
+    Field("deferred_tails", "tokens", frozenset()),
+)
+EXPECT_FIELDS: tuple[Field, ...] = (
+    Field("hit_tokens", "any", "any"),
+    Field("violations", "any", None),
+)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _blocks(value: Any, where: str, allow_all: bool, limit: int) -> frozenset[int] | None:
     if allow_all and value == "all":
         return None
-    if not isinstance(value, list) or not all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
-    ):
-        hint = ' or "all"' if allow_all else ""
-        raise ScenarioError(
-            f"{where}{key}: expected a list of block indices >= 0{hint}, got {value!r}"
-        )
-    return frozenset(value)
-
-
-def _group(raw: Any, i: int) -> Group:
-    where = f"groups[{i}]."
-    if not isinstance(raw, dict):
-        raise ScenarioError(f"groups[{i}]: expected an object, got {raw!r}")
-    unknown = sorted(set(raw) - _GROUP_FIELDS)
-    if unknown:
-        raise ScenarioError(f"{where}{unknown[0]}: unknown field")
-    kind = raw.get("kind")
-    if kind not in KINDS:
-        raise ScenarioError(f"{where}kind: expected one of {', '.join(KINDS)}, got {kind!r}")
-    window = None
-    mode = None
-    if kind == "sliding_window":
-        # vLLM asserts sliding_window > 0 (scheduler.py:97); a window of 0 is bad input.
-        window = _int(raw, "sliding_window", where, 1)
-    elif "sliding_window" in raw:
-        raise ScenarioError(f"{where}sliding_window: only for kind sliding_window")
-    if kind == "mamba":
-        mode = raw.get("mamba_cache_mode")
-        if mode not in MAMBA_MODES:
+    hint = ' or "all"' if allow_all else ""
+    if not isinstance(value, list):
+        raise ScenarioError(f"{where}: expected a list of block indices{hint}, "
+                            f"got {_show(value)}")
+    for v in value:
+        if not _is_int(v) or v < 0:
+            raise ScenarioError(f"{where}: expected block indices >= 0{hint}, got {_show(v)}")
+        if v > limit:
             raise ScenarioError(
-                f"{where}mamba_cache_mode: expected one of {', '.join(MAMBA_MODES)}, got {mode!r}"
-            )
-    elif "mamba_cache_mode" in raw:
-        raise ScenarioError(f"{where}mamba_cache_mode: only for kind mamba")
-    return Group(
-        kind=kind,
-        gpu_block_size=_int(raw, "gpu_block_size", where, 1),
-        stored=_blocks(raw, "stored", where, allow_all=True),
-        sliding_window=window,
-        mamba_cache_mode=mode,
-        eagle=_bool(raw, "eagle", where, False),
-        deferred=_blocks(raw, "deferred", where, allow_all=False) or frozenset(),
-        being_loaded=_blocks(raw, "being_loaded", where, allow_all=False) or frozenset(),
-        pending=_blocks(raw, "pending", where, allow_all=False) or frozenset(),
-        stored_tails=_blocks(raw, "stored_tails", where, allow_all=False) or frozenset(),
-        pending_tails=_blocks(raw, "pending_tails", where, allow_all=False) or frozenset(),
-        deferred_tails=_blocks(raw, "deferred_tails", where, allow_all=False) or frozenset(),
-    )
+                f"{where}: block {v} lies past the prompt (at most prompt_tokens = {limit}: "
+                "the store's keys come from the prompt)")
+    out = frozenset(value)
+    if len(out) != len(value):
+        raise ScenarioError(f"{where}: a block index is listed twice")
+    return out
 
 
-def parse_scenario(raw: Any) -> Scenario:
-    """Validate a decoded JSON object and build a ``Scenario`` (raises ``ScenarioError``)."""
-    if not isinstance(raw, dict):
-        raise ScenarioError(f"scenario: expected a JSON object, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - _TOP_FIELDS)
+def _show(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _value(f: Field, obj: Mapping[str, Any], where: str, block_limit: int = 0,
+           token_limit: int = MAX_TOKENS) -> Any:
+    """The field's value from ``obj``, checked against its row (or its default)."""
+    path = f"{where}{f.name}"
+    if f.name not in obj or (obj[f.name] is None and f.default is None):
+        if f.default is REQUIRED:
+            raise ScenarioError(f"{path}: required field is missing")
+        return f.default
+    v = obj[f.name]
+    if f.type == "int":
+        if not _is_int(v):
+            raise ScenarioError(f"{path}: expected an integer, got {_show(v)}")
+        if v < f.minimum:
+            raise ScenarioError(f"{path}: must be >= {f.minimum}, got {v}")
+        if v > f.maximum:
+            raise ScenarioError(f"{path}: at most {f.maximum:,} ({f.why}), got "
+                                f"{_show(v)}")
+        return v
+    if f.type == "bool":
+        if not isinstance(v, bool):
+            raise ScenarioError(f"{path}: expected true or false, got {_show(v)}")
+        return v
+    if f.type == "str":
+        if not isinstance(v, str):
+            raise ScenarioError(f"{path}: expected a string, got {_show(v)}")
+        return v
+    if f.type == "choice":
+        if not isinstance(v, str) or v not in f.choices:
+            raise ScenarioError(f"{path}: expected one of {', '.join(f.choices)}, "
+                                f"got {_show(v)}")
+        return v
+    if f.type in ("blocks", "blocks_or_all"):
+        return _blocks(v, path, f.type == "blocks_or_all", block_limit)
+    if f.type == "tokens":
+        return _blocks(v, path, False, token_limit)
+    return v
+
+
+def _check_fields(obj: Any, table: tuple[Field, ...], where: str, what: str) -> None:
+    if not isinstance(obj, dict):
+        raise ScenarioError(f"{where.rstrip('.') or 'scenario'}: expected {what}, "
+                            f"got {type(obj).__name__}")
+    known = {f.name for f in table}
+    unknown = sorted(k for k in obj if k not in known)
     if unknown:
-        raise ScenarioError(f"{unknown[0]}: unknown field")
-    semantics = raw.get("semantics")
-    if semantics not in SEMANTICS:
-        raise ScenarioError(
-            f"semantics: unknown name {semantics!r} (known: {', '.join(SEMANTICS)})"
-        )
+        name = unknown[0] if unknown[0].isidentifier() else json.dumps(unknown[0])[:40]
+        raise ScenarioError(f"{where}{name}: unknown field (known: "
+                            f"{', '.join(sorted(known))})")
+
+
+def _group(raw: Any, i: int, factor: int, prompt_tokens: int) -> Group:
+    where = f"groups[{i}]."
+    _check_fields(raw, GROUP_FIELDS, where, "an object")
+    rows = {f.name: f for f in GROUP_FIELDS}
+    kind = _value(rows["kind"], raw, where)
+    values: dict[str, Any] = {"kind": kind}
+    limit = prompt_tokens  # a block holds at least one token (0.33.0 counts chunks)
+    for f in GROUP_FIELDS[1:]:
+        if f.only_for is not None and f.only_for != kind:
+            if f.name in raw:
+                raise ScenarioError(f"{where}{f.name}: only for kind {f.only_for}")
+            values[f.name] = None
+            continue
+        values[f.name] = _value(f, raw, where, limit, prompt_tokens)
+    return Group(**values)
+
+
+def _expect(raw: Any) -> Expect | None:
+    if raw is None:
+        return None
+    _check_fields(raw, EXPECT_FIELDS, "expect.", "an object")
+    hit = raw.get("hit_tokens", "any")
+    if not (hit is None or hit == "any" or (_is_int(hit) and 0 <= hit <= MAX_TOKENS)):
+        raise ScenarioError(f"expect.hit_tokens: expected a token count, null (deferred) "
+                            f"or \"any\", got {_show(hit)}")
+    from model.invariants import INVARIANTS
+
+    names = raw.get("violations")
+    if names is not None and not (isinstance(names, list) and all(
+            isinstance(n, str) and n in INVARIANTS for n in names)):
+        raise ScenarioError(f"expect.violations: expected a list of invariant names "
+                            f"({', '.join(INVARIANTS)}), got {_show(names)}")
+    return Expect(hit, None if names is None else tuple(sorted(set(names))))
+
+
+def parse_scenario(raw: Any, semantics: str | None = None) -> Scenario:
+    """Validate a decoded JSON object and build a ``Scenario`` (raises ``ScenarioError``).
+
+    ``semantics`` (a known name) stands in for a missing ``semantics`` field.
+    """
+    _check_fields(raw, TOP_FIELDS, "", "a JSON object")
+    if semantics is not None and "semantics" not in raw:
+        raw = {**raw, "semantics": semantics}
+    top = {f.name: _value(f, raw, "") for f in TOP_FIELDS if f.name != "groups"}
     groups_raw = raw.get("groups")
     if not isinstance(groups_raw, list) or not groups_raw:
         raise ScenarioError("groups: expected a non-empty list of groups")
+    if len(groups_raw) > MAX_GROUPS:
+        raise ScenarioError(f"groups: at most {MAX_GROUPS} groups (a group holds at least one "
+                            f"layer; no model vLLM serves has more), got {len(groups_raw):,}")
+    factor, prompt = top["block_size_factor"], top["prompt_tokens"]
     return Scenario(
-        semantics=semantics,
-        block_size_factor=_int(raw, "block_size_factor", "", 1),
-        prompt_tokens=_int(raw, "prompt_tokens", "", 1),
-        num_computed_tokens=_int(raw, "num_computed_tokens", "", 0),
-        groups=tuple(_group(g, i) for i, g in enumerate(groups_raw)),
-        enable_prefix_caching=_bool(raw, "enable_prefix_caching", "", True),
-        skip_reading_prefix_cache=_bool(raw, "skip_reading_prefix_cache", "", False),
-        in_flight_transfers=_bool(raw, "in_flight_transfers", "", False),
-        mamba_block_size=_int(raw, "mamba_block_size", "", 1, default=None),
-        hash_block_size=_int(raw, "hash_block_size", "", 1, default=None),
-        blocks_per_chunk=_int(raw, "blocks_per_chunk", "", 1, default=None),
-        max_num_new_tokens=_int(raw, "max_num_new_tokens", "", 0, default=None),
-        max_load_tokens=_int(raw, "max_load_tokens", "", 0, default=None),
+        semantics=top["semantics"],
+        block_size_factor=factor,
+        prompt_tokens=prompt,
+        num_computed_tokens=top["num_computed_tokens"],
+        groups=tuple(_group(g, i, factor, prompt) for i, g in enumerate(groups_raw)),
+        enable_prefix_caching=top["enable_prefix_caching"],
+        skip_reading_prefix_cache=top["skip_reading_prefix_cache"],
+        in_flight_transfers=top["in_flight_transfers"],
+        mamba_block_size=top["mamba_block_size"],
+        hash_block_size=top["hash_block_size"],
+        blocks_per_chunk=top["blocks_per_chunk"],
+        max_num_new_tokens=top["max_num_new_tokens"],
+        max_load_tokens=top["max_load_tokens"],
         extra={k: raw[k] for k in ("description", "expect") if k in raw},
+        expect=_expect(top["expect"]),
     )
 
 
-def load_scenario_file(path: str | Path) -> Scenario:
-    p = Path(path)
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ScenarioError(f"{k}: duplicate key")
+        out[k] = v
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ScenarioError(f"not JSON ({name} is not a JSON number)")
+
+
+def _depth_ok(text: str) -> bool:
+    """Nesting at most ``MAX_DEPTH`` deep, counted without recursion (json.loads would
+    recurse and end in a RecursionError)."""
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
+def decode_json(data: bytes, name: str, hook: Callable[[list[tuple[str, Any]]], Any]
+                = _no_duplicates) -> Any:
+    """Bytes -> JSON, refusing bad UTF-8, duplicate keys, NaN, huge and deep input."""
+    if len(data) > MAX_FILE_BYTES:
+        raise ScenarioError(f"{name}: larger than {MAX_FILE_BYTES // 2**20} MiB")
     try:
-        raw = json.loads(p.read_text())
-    except OSError as e:
-        raise ScenarioError(f"{p}: cannot read ({e.strerror})") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{name}: not UTF-8 (byte {e.start})") from None
+    if not _depth_ok(text):
+        raise ScenarioError(f"{name}: nested deeper than {MAX_DEPTH} levels")
+    try:
+        return json.loads(text, object_pairs_hook=hook, parse_constant=_no_constant)
+    except ScenarioError as e:
+        raise ScenarioError(f"{name}: {e}") from None
     except json.JSONDecodeError as e:
-        raise ScenarioError(f"{p}: not JSON ({e.msg} at line {e.lineno})") from None
-    return parse_scenario(raw)
+        raise ScenarioError(f"{name}: not JSON ({e.msg} at line {e.lineno})") from None
+    except (ValueError, RecursionError) as e:  # e.g. an integer of over 4,300 digits
+        raise ScenarioError(f"{name}: not JSON ({str(e).splitlines()[0][:80]})") from None
+
+
+def read_bytes(path: Path) -> bytes:
+    """A file's bytes, reading no more than the size limit (+1 to detect it)."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise ScenarioError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def load_scenario_file(path: str | Path, semantics: str | None = None) -> Scenario:
+    p = Path(path)
+    if str(path) == "":
+        raise ScenarioError("path: empty")
+    if p.is_dir():
+        raise ScenarioError(f"{p}: is a directory")
+    return parse_scenario(decode_json(read_bytes(p), str(p)), semantics)
 
 
 def _block_list(blocks: frozenset[int] | None) -> Any:
@@ -273,11 +449,20 @@ def scenario_to_json(s: Scenario) -> dict[str, Any]:
 
 
 def iter_scenario_paths(paths: Iterable[str | Path]) -> list[Path]:
-    """Files named, plus every ``*.json`` below each directory named (sorted)."""
+    """Files named, plus every ``*.json`` below each directory named (sorted).
+
+    Raises ``ScenarioError`` for an empty path and for a directory without a scenario.
+    """
     out: list[Path] = []
-    for p in map(Path, paths):
+    for raw in paths:
+        if str(raw) == "":
+            raise ScenarioError("path: empty (name a scenario file or a directory)")
+        p = Path(raw)
         if p.is_dir():
-            out.extend(sorted(p.rglob("*.json")))
+            found = sorted(p.rglob("*.json"))
+            if not found:
+                raise ScenarioError(f"{p}: no scenario file (*.json) in this directory")
+            out.extend(found)
         else:
             out.append(p)
     return out

@@ -2,7 +2,7 @@
 
 Checks every theorem against every semantics, prints a line per pair as it goes, writes
 report.json, report.md, the pictures and (when every theorem and semantics ran) the
-reviewers' spec (spec.md, spec.html: proofs/spec.py) to DIR, and exits 0 only if every
+reviewers' spec (spec.md and spec/*.md, with HTML: proofs/spec.py) to DIR, and exits 0 only if every
 result matches its declared expectation (and every precondition is shown necessary).
 """
 
@@ -12,27 +12,49 @@ import argparse
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
+from model.args import OneLineParser, bounded_float, bounded_int, output_dir
 from model.semantics import SEMANTICS
+from proofs.publish import publish, publish_failed, staging, stamp
 from proofs.report import run_all, write_report
 from proofs.spec import collect_facts, write_spec
 from proofs.theorems import THEOREMS
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m proofs", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="python -m proofs", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--semantics", nargs="+", default=list(SEMANTICS), metavar="NAME")
     p.add_argument("--theorem", nargs="+", default=list(THEOREMS), metavar="NAME")
-    p.add_argument("--report", type=Path, default=Path("report"), metavar="DIR")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="S",
-                   help="seconds per theorem and semantics (default 300)")
-    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
+    p.add_argument("--report", type=output_dir, default=Path("report"), metavar="DIR")
+    p.add_argument("--timeout", type=bounded_float(0, 86400, "one day"), default=300.0,
+                   metavar="S", help="seconds per theorem and semantics (default 300)")
+    p.add_argument("--jobs", type=bounded_int(1, 64), default=min(2, os.cpu_count() or 1),
+                   metavar="N",
                    help="pairs checked at once, in separate processes (default 2)")
     p.add_argument("--no-necessity", action="store_true",
                    help="skip showing each precondition necessary")
+    p.add_argument("--mutants", action="store_true",
+                   help="check which theorem, test or cross-check kills each mutant of the "
+                        "vllm-0.24.0 lookup (proofs/mutants.py) instead")
+    p.add_argument("--mutant", nargs="+", default=None, metavar="NAME",
+                   help="with --mutants: only these")
+    p.add_argument("--all-checks", action="store_true",
+                   help="with --mutants: also run the tests and cross-check on mutants a "
+                        "theorem already killed")
     args = p.parse_args(argv)
+    if args.mutants or args.mutant:
+        from proofs.mutation import all_names, run
+
+        names = args.mutant or all_names()
+        unknown = [n for n in names if n not in all_names()]
+        if unknown or not args.mutants:
+            p.error(f"argument --mutant: unknown name {unknown[0]!r} (known: see "
+                    "proofs/mutants.py)" if unknown else "argument --mutant: needs --mutants")
+        timeout = args.timeout if "--timeout" in (argv or sys.argv) else 300.0
+        return run(names, timeout, args.jobs, args.all_checks)
     for name in args.semantics:
         if name not in SEMANTICS:
             print(f"--semantics: unknown name {name!r} (known: {', '.join(SEMANTICS)})",
@@ -47,21 +69,41 @@ def main(argv: list[str] | None = None) -> int:
         print("--timeout: must be > 0 seconds", file=sys.stderr)
         return 2
     t0 = time.monotonic()
-    if args.jobs < 1:
-        print("--jobs: must be >= 1", file=sys.stderr)
-        return 2
-    rows = run_all(args.theorem, args.semantics, args.timeout, not args.no_necessity,
-                   args.jobs)
-    write_report(rows, args.report)
-    spec = ""
-    if set(args.theorem) == set(THEOREMS) and set(args.semantics) == set(SEMANTICS):
-        spec_md, _ = write_spec(args.report, collect_facts())  # the reviewers' spec
-        spec = f", spec in {spec_md}"
-    bad = [r for r in rows if not r.matches]
-    print(f"{len(rows) - len(bad)} of {len(rows)} results match their expectation "
-          f"({time.monotonic() - t0:.1f}s); report in {args.report}/report.md{spec}")
+    out: Path = args.report
+    full = set(args.theorem) == set(THEOREMS) and set(args.semantics) == set(SEMANTICS)
+    scope = (f"theorems: {'all' if set(args.theorem) == set(THEOREMS) else ', '.join(args.theorem)}"
+             f"; semantics: {', '.join(args.semantics)}")
+    tmp: Path | None = None
+    try:
+        tmp = staging(out)
+        rows = run_all(args.theorem, args.semantics, args.timeout, not args.no_necessity,
+                       args.jobs)
+        write_report(rows, tmp)
+        if full:
+            write_spec(tmp, collect_facts())  # the reviewers' spec and its pages
+        bad = [r for r in rows if not r.matches]
+        verdict = (f"{'FAIL' if bad else 'PASS'}: {len(rows) - len(bad)} of {len(rows)} "
+                   f"results match their expectation ({scope})")
+        stamp(tmp / "report.md", verdict)
+        publish(tmp, out)
+    except BaseException as e:  # noqa: BLE001 - a partial run must not look green
+        if not isinstance(e, KeyboardInterrupt | OSError):
+            traceback.print_exc()  # a bug, not bad input: show where
+        why = str(e).splitlines()[0] if str(e) else ""
+        verdict = (f"FAIL: the run did not complete ({type(e).__name__}"
+                   f"{': ' + why if why else ''}; {scope})")
+        try:
+            publish_failed(tmp, out, verdict)
+        except OSError as e2:
+            print(f"--report: cannot write to {out} ({e2.strerror})", file=sys.stderr)
+            return 2
+        print(f"report in {out}/report.md", file=sys.stderr)
+        print(verdict)
+        return 130 if isinstance(e, KeyboardInterrupt) else (2 if isinstance(e, OSError) else 1)
+    spec = f", spec in {out}/spec.md" if full else ""
+    print(f"{time.monotonic() - t0:.1f}s; report in {out}/report.md{spec}")
+    print(verdict)
     return 1 if bad else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,6 +14,8 @@ from typing import Any
 
 from model.evaluate import evaluate
 from model.explain import draw_png, token_line
+from model.layout import Layout
+from model.maximality import larger_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import get_semantics
 from proofs.check import Verdict, check
@@ -129,7 +131,10 @@ def row_json(row: Row) -> dict[str, Any]:
 def _picture(scen: dict[str, Any], path: Path, title: str) -> list[str]:
     s = parse_scenario(scen)
     o = evaluate(s, enforce=False)
-    draw_png(s, o, path, title)
+    larger = None
+    if path.name.startswith("maximality") and isinstance(o.layout, Layout):
+        larger = larger_valid_hit(s, o.layout, get_semantics(o.semantics), o.hit_tokens)
+    draw_png(s, o, path, title, larger=larger, unreachable=evaluate(s).refused)
     return token_line(s, o)
 
 

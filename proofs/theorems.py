@@ -91,10 +91,12 @@ PRECONDITIONS: dict[str, Precondition] = {
             "every group's offloaded block size is a multiple of the Mamba offloaded block size",
             lambda c, d: z3.Or(z3.Not(d.align_on), z3.And(
                 [o == d.align * z3.Int(f"blocks_per_align{g}") for g, o in enumerate(d.obs)])),
-            "Holds for the hybrids vLLM builds in align mode, where mamba_block_size is set to "
-            "cache_config.block_size (vllm/model_executor/models/config.py:453), but the "
-            "offloading code accepts any per-group block sizes whose gcd divides them all "
-            "(vllm/v1/core/kv_cache_utils.py:662).",
+            "Not checked by vLLM: start-up asks only that every group's block size is a "
+            "multiple of hash_block_size (vllm/v1/core/kv_cache_utils.py:665, "
+            "vllm/v1/kv_offload/base.py:493) and schedules in multiples of their lcm "
+            "(vllm/v1/core/kv_cache_utils.py:641). It holds for the hybrids vLLM builds in "
+            "align mode, which give the Mamba group cache_config.block_size "
+            "(vllm/model_executor/models/config.py:453) like the attention groups.",
         ),
         Precondition(
             "same-block-size",
@@ -102,8 +104,8 @@ PRECONDITIONS: dict[str, Precondition] = {
             lambda c, d: z3.And([b == c.gpu[0] for b in c.gpu] + (
                 [] if d.outside_align_gpu is None else
                 [z3.Implies(d.align_on, d.outside_align_gpu == c.gpu[0])])),
-            "Can break: groups may have different block sizes "
-            "(vllm/v1/core/kv_cache_utils.py:641, 662; scheduler.py:134 names DeepSeek V4).",
+            "Can break: groups may have different block sizes (vllm/v1/core/kv_cache_utils.py:641 "
+            "schedules in their lcm); scheduler.py:138 names DeepSeek V4 (MLA + SWA groups).",
         ),
         Precondition(
             "window-whole-blocks",

@@ -7,9 +7,10 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import NoReturn
 
+from model.args import bounded_int, output_dir
+from model.scenario import MAX_GROUPS, MAX_TOKENS
 from model.semantics import SEMANTICS
 from sim.config import EngineConfig
 from sim.report import table, write_report
@@ -27,16 +28,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message.splitlines()[0])
 
 
-def _positive(minimum: int = 1) -> Callable[[str], int]:
-    def conv(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if v < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {v}")
-        return v
-    return conv
+def _positive(minimum: int = 1, maximum: int = MAX_TOKENS,
+              why: str = "scenario.MAX_TOKENS, beyond any max_model_len") -> Callable[[str], int]:
+    return bounded_int(minimum, maximum, why)
 
 
 def _range_arg() -> Callable[[str], tuple[int, int]]:
@@ -46,21 +40,24 @@ def _range_arg() -> Callable[[str], tuple[int, int]]:
             lo, hi = (int(parts[0]), int(parts[-1])) if len(parts) <= 2 else (0, -1)
         except ValueError:
             lo, hi = 0, -1
-        if lo < 1 or hi < lo:
-            raise argparse.ArgumentTypeError(f"expected A-B with 1 <= A <= B, got {text!r}")
+        if lo < 1 or hi < lo or hi > 1_000_000:
+            raise argparse.ArgumentTypeError(
+                f"expected A-B with 1 <= A <= B <= 1,000,000 steps, got {text[:40]!r}")
         return lo, hi
     return conv
 
 
 def _engine_flags(p: argparse.ArgumentParser, default_gpu: int) -> None:
     p.add_argument("--block-size", type=_positive(), default=16)
-    p.add_argument("--attention-groups", type=_positive(0), default=0,
+    p.add_argument("--attention-groups", type=_positive(0, MAX_GROUPS - 1, "scenario.MAX_GROUPS"),
+                   default=0,
                    help="full-attention groups beside the Mamba group (default 0: pure Mamba)")
     p.add_argument("--gpu-blocks", type=_positive(), default=default_gpu)
     p.add_argument("--cpu-blocks", type=_positive(), default=32768)
     p.add_argument("--max-num-batched-tokens", type=_positive(),
                    default=2048)
-    p.add_argument("--max-num-seqs", type=_positive(), default=128)
+    p.add_argument("--max-num-seqs", type=_positive(1, 1_000_000, "a million sequences"),
+                   default=128)
     p.add_argument("--long-prefill-token-threshold",
                    type=_positive(0), default=0)
     p.add_argument("--store-latency", type=_range_arg(), default=(2, 8),
@@ -92,20 +89,28 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     run = sub.add_parser("run", help="simulate a workload under several semantics")
     run.add_argument("--workload", required=True, help=f"one of {', '.join(WORKLOADS)}")
-    run.add_argument("--requests", type=_positive(), required=True)
+    run.add_argument("--requests", type=_positive(1, 10_000_000, "ten million requests"),
+                     required=True)
     run.add_argument("--semantics", required=True, help="comma-separated names")
-    run.add_argument("--seed", type=_positive(0), default=0)
-    run.add_argument("--report", type=Path, default=None, help="write JSON and PNG here")
-    run.add_argument("--jobs", type=_positive(), default=None,
+    run.add_argument("--seed", type=_positive(0, 2**63 - 1, "a 64-bit seed"), default=0)
+    run.add_argument("--report", type=output_dir, default=None,
+                     help="write JSON and PNG here")
+    run.add_argument("--jobs", type=_positive(1, 64, "64 processes"), default=None,
                      help="processes (default: min(#semantics, #cpus))")
     run.add_argument("--no-progress", action="store_true")
     run.add_argument("--verify-clean", action="store_true",
                      help="also run the recurrence on clean paths and check them")
+    run.add_argument("--fail-on-corruption", default="", metavar="NAMES",
+                     help="comma-separated semantics expected clean: exit 1 if any of them "
+                          "corrupts an output or breaks an invariant")
     _engine_flags(run, 128)
     rr = sub.add_parser("rerun", help="the hit of a prompt sent again after a cold run")
     rr.add_argument("--semantics", required=True)
     rr.add_argument("--lengths", required=True, help="A-B, inclusive")
     rr.add_argument("--json", action="store_true", help="one JSON object per line")
+    rr.add_argument("--fail-on-corruption", default="", metavar="NAMES",
+                    help="the semantics, if expected clean: exit 1 on any corrupted output "
+                         "or violation")
     rr.add_argument("--keep-gpu-cache", action="store_true",
                     help="do not clear the GPU prefix cache before the second send (control "
                          "run; --json then adds gpu_hit_tokens)")
@@ -124,6 +129,7 @@ def _run(a: argparse.Namespace) -> int:
     config = _config(a)
     if a.report is not None and a.report.exists() and not a.report.is_dir():
         raise UsageError(f"--report: {a.report} exists and is not a directory")
+    clean = _clean_names(a.fail_on_corruption, names)
     spec = RunSpec(a.workload, a.requests, a.seed, names, config)
     jobs = a.jobs or min(len(names), os.cpu_count() or 1)
     summaries = run_side_by_side(spec, jobs, show_progress=not a.no_progress)
@@ -136,7 +142,32 @@ def _run(a: argparse.Namespace) -> int:
         except OSError as e:
             raise UsageError(f"--report: cannot write to {a.report} ({e.strerror})") from None
         print(f"report: {jpath} {ppath}")
-    return 0
+    bad = [f"{s.semantics}: {s.corrupted} corrupted, {sum(s.violations.values())} violations, "
+           f"{s.missing_loads} loads of unstored blocks, {s.assertions} vLLM assertions"
+           for s in summaries if s.semantics in clean and (
+               s.corrupted or any(s.violations.values()) or s.missing_loads or s.assertions)]
+    return _verdict(clean, bad)
+
+
+def _clean_names(text: str, names: Sequence[str]) -> tuple[str, ...]:
+    """``--fail-on-corruption``'s names: each must be one of the run's semantics."""
+    clean = tuple(n.strip() for n in text.split(",") if n.strip())
+    for n in clean:
+        if n not in names:
+            raise UsageError(f"--fail-on-corruption: {n!r} is not among --semantics "
+                             f"({', '.join(names)})")
+    return clean
+
+
+def _verdict(clean: Sequence[str], bad: Sequence[str], total: str = "") -> int:
+    if not clean:
+        return 0
+    for line in bad:
+        print(f"  expected clean: {line}")
+    total = total or f"{len(clean)} semantics"
+    print(f"verdict: {'FAIL' if bad else 'PASS'}: {len(bad)} of {total} expected clean "
+          f"({', '.join(clean)}) corrupted an output or broke an invariant")
+    return 1 if bad else 0
 
 
 def _rerun(a: argparse.Namespace) -> int:
@@ -147,6 +178,8 @@ def _rerun(a: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     if len(names) != 1:
         raise UsageError("--semantics: rerun takes exactly one name")
+    clean = _clean_names(a.fail_on_corruption, names)
+    bad: list[str] = []
     config = _config(a)
     if not a.json:
         print(f"semantics {names[0]}, block {config.block_size}, "
@@ -154,6 +187,9 @@ def _rerun(a: argparse.Namespace) -> int:
         print("length  GPU hit  hit  corrupted  stored Mamba blocks  violations / cause")
     for n in lengths:
         r = rerun_one(n, names[0], config, keep_gpu_cache=a.keep_gpu_cache)
+        if clean and (r.corrupted or r.violations or r.missing_load):
+            bad.append(f"length {n}: hit {r.hit_tokens}, corrupted {str(r.corrupted).lower()}, "
+                       f"violations {','.join(r.violations) or '-'}")
         if a.json:
             print(json.dumps(r.to_json(with_gpu_hit=a.keep_gpu_cache)))
         else:
@@ -162,7 +198,13 @@ def _rerun(a: argparse.Namespace) -> int:
                 why += "  (vLLM asserts: load of an unstored block)"
             print(f"{n:6d} {r.gpu_hit:8d} {r.hit_tokens:4d}  {str(r.corrupted).lower():9s}  "
                   f"{','.join(map(str, r.stored_blocks)) or '-':19s}  {why}")
-    return 0
+    if a.json and clean:
+        for line in bad:
+            print(json.dumps({"expected_clean": names[0], "failure": line}))
+        print(json.dumps({"verdict": "FAIL" if bad else "PASS", "semantics": names[0],
+                          "failures": len(bad)}))
+        return 1 if bad else 0
+    return _verdict(clean, [f"{names[0]}: {b}" for b in bad], f"{len(lengths)} lengths")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,17 +7,22 @@ Makes (or reuses) ``.venvs/vllm-X`` (``$CROSSCHECK_VENVS`` overrides the folder)
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
-from model.scenario import iter_scenario_paths, parse_scenario, scenario_to_json
+from model.scenario import Scenario, iter_scenario_paths, parse_scenario, scenario_to_json
 from sim.crosscheck.cli import SEED, SEED_HIT, Tally, check_one, replay, run_hypothesis
 from sim.crosscheck.client import RealScheduler
+from sim.crosscheck.compare import compare, model_view
 from sim.crosscheck.envs import VERSIONS
-from sim.crosscheck.mapping import to_case
+from sim.crosscheck.gen import scenarios
+from sim.crosscheck.mapping import semantics_for, to_case
+from tests.replay import remember
 
 pytestmark = pytest.mark.crosscheck
 
@@ -62,3 +67,35 @@ def test_generated_scenarios_agree(real: RealScheduler) -> None:
     assert not found, "\n".join(
         f"{sig}: {verdict.diffs} on {scenario_to_json(small)}" for sig, small, verdict in found)
     assert tally.agreed >= EXAMPLES, tally.line("generated")
+
+
+# ---- properties: the same comparison as plain Hypothesis tests (no fixtures), so that
+# pytest-xdist and HypoFuzz can run them, sharing the example database ------------------
+
+PROPERTY_EXAMPLES = int(os.environ.get("CROSSCHECK_PROPERTY_EXAMPLES", "100"))
+_REAL: dict[str, RealScheduler] = {}
+
+
+def _agrees(version: str, s: Scenario) -> None:
+    if version not in _REAL:
+        r = RealScheduler(version)
+        _REAL[version] = r.__enter__()
+        atexit.register(r.__exit__, None, None, None)
+    remember(s)
+    sem = semantics_for(version)
+    verdict = compare(model_view(s, sem), _REAL[version].run(to_case(s)))
+    assert verdict.agree, "; ".join(verdict.diffs)
+
+
+@settings(max_examples=PROPERTY_EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios("vllm-0.23.0"))
+def test_property_model_agrees_with_real_0_23_0(s: Scenario) -> None:
+    _agrees("0.23.0", s)
+
+
+@settings(max_examples=PROPERTY_EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios("vllm-0.24.0"))
+def test_property_model_agrees_with_real_0_24_0(s: Scenario) -> None:
+    _agrees("0.24.0", s)

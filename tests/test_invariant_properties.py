@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from model.evaluate import evaluate
 from model.scenario import Group, Scenario
+from tests.replay import remember
 
 KINDS = ("full_attention", "sliding_window", "mamba")
 
@@ -45,6 +46,7 @@ def violated(s: Scenario, invariant: str) -> bool:
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios("vllm-0.24.0", same_size=True, mode="align"))
 def test_0_24_0_keeps_all_four_with_one_block_size_in_align_mode(s: Scenario) -> None:
+    remember(s)
     o = evaluate(s)
     assert o.refused or not o.violations, o.violations
 
@@ -52,6 +54,7 @@ def test_0_24_0_keeps_all_four_with_one_block_size_in_align_mode(s: Scenario) ->
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios("vllm-0.23.0", same_size=True, mode="align"))
 def test_0_23_0_keeps_the_other_three(s: Scenario) -> None:
+    remember(s)
     o = evaluate(s)
     assert o.refused or {v.invariant for v in o.violations} <= {"no-partial-state"}
 

@@ -41,7 +41,7 @@ def test_seed_cases(prompt: int, semantics: str, hit: int, bad: set[str]) -> Non
 
 def test_seed_load_brings_state_at_32() -> None:
     o = evaluate(parse_scenario(mamba(32, "vllm-0.23.0")))
-    assert [(ld.blocks, ld.state_position) for ld in o.loads] == [((1,), 32)]
+    assert [(tuple(ld.blocks), ld.state_position) for ld in o.loads] == [((1,), 32)]
 
 
 def test_mamba_all_mode_breaks_on_0_24_0() -> None:
@@ -198,29 +198,81 @@ def test_in_flight_load_trips_0_23_0_assertion() -> None:
     assert o.hit_tokens == 47 and o.assertion and "scheduler.py:658" in o.assertion
 
 
-def test_fast_store_path_matches_per_block_path() -> None:
-    """Groups without deferred blocks are answered from their sets; a deferred block far
-    past the prompt forces the per-block path without changing any answer."""
+def _per_block_prefix(g: Any, blocks: range) -> tuple[int | None, list[int]]:
+    # the loop of scheduler.py:388 a block at a time: the reference the runs must match
+    seen, hits, defer = [], 0, False
+    for b in blocks:
+        seen.append(b)
+        a = g.answer(b)
+        if a is None:
+            defer, a = True, True
+        if not a:
+            break
+        hits += 1
+    return (None if defer else hits), seen
+
+
+def _per_block_window(g: Any, blocks: range, window: int) -> tuple[int | None, list[int]]:
+    # scheduler.py:407 a block at a time, from the end
+    seen, run, defer = [], 0, False
+    for idx in range(len(blocks) - 1, -1, -1):
+        seen.append(blocks[idx])
+        a = g.answer(blocks[idx])
+        if a is None:
+            defer, a = True, False
+        run = run + 1 if a else 0
+        if run == window:
+            return (None if defer else idx + window), seen
+    return (None if defer else run), seen
+
+
+def test_run_scans_match_per_block_scans() -> None:
+    """The scans work on runs of listed blocks; a block-at-a-time loop gives the same
+    answers and lookup order (stored, deferred, "all", windows, empty ranges)."""
     import random
-    from dataclasses import replace as dc_replace
+
+    from model.lookup import _Manager, _maximal_prefix_lookup, _sliding_window_lookup
+    from model.scenario import Group
 
     rng = random.Random(7)
-    for _ in range(400):
-        kinds = rng.sample(["full_attention", "sliding_window", "mamba"], rng.randint(1, 3))
-        groups = []
-        for k in kinds:
-            g: dict[str, Any] = {"kind": k, "gpu_block_size": 4,
-                                 "stored": rng.choice(["all", sorted(rng.sample(range(12), 6))])}
-            if k == "sliding_window":
-                g["sliding_window"] = rng.randint(1, 12)
-            if k == "mamba":
-                g["mamba_cache_mode"] = "align"
-            g["eagle"] = rng.random() < 0.2
-            groups.append(g)
-        raw = {"semantics": rng.choice(["vllm-0.23.0", "vllm-0.24.0"]), "block_size_factor": 1,
-               "prompt_tokens": rng.randint(1, 48), "num_computed_tokens": 0, "groups": groups}
-        s = parse_scenario(raw)
-        slow = dc_replace(s, groups=tuple(dc_replace(g, deferred=frozenset({10_000}))
-                                          for g in s.groups))
-        a, b = evaluate(s), evaluate(slow)
-        assert (a.hit_tokens, a.lookups, a.loads) == (b.hit_tokens, b.lookups, b.loads)
+    for _ in range(3000):
+        n = rng.randint(0, 14)
+        listed = frozenset(rng.sample(range(16), rng.randint(0, 12)))
+        stored = None if rng.random() < 0.3 else listed
+        deferred = frozenset(rng.sample(range(16), rng.randint(0, 2)))
+        g = Group("sliding_window", 4, stored, 8, deferred=deferred)
+        lo = rng.randint(0, 3)
+        blocks = range(lo, max(lo, n))
+        mgr = _Manager((g,))
+        want, seen = _per_block_prefix(g, blocks)
+        assert _maximal_prefix_lookup(mgr, 0, blocks) == want
+        window = rng.randint(1, 5)
+        want_w, seen_w = _per_block_window(g, blocks, window)
+        assert _sliding_window_lookup(mgr, 0, blocks, window) == want_w
+        looked = [b for _, first, stop, step in mgr.segments for b in range(first, stop, step)]
+        assert looked == seen + seen_w
+
+
+def test_work_is_bounded_by_listed_blocks_not_prompt() -> None:
+    import time
+
+    from model.scenario import MAX_TOKENS
+
+    raw = {"semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": MAX_TOKENS,
+           "num_computed_tokens": 0,
+           "groups": [{"kind": "full_attention", "gpu_block_size": 1, "stored": "all",
+                       "deferred": [5]},
+                      {"kind": "sliding_window", "gpu_block_size": 1, "sliding_window": 10**6,
+                       "stored": [0, 1, 7, MAX_TOKENS - 2], "being_loaded": [3]},
+                      {"kind": "mamba", "gpu_block_size": 1, "mamba_cache_mode": "align",
+                       "stored": "all"}]}
+    t0 = time.monotonic()
+    for sem in ("vllm-0.23.0", "vllm-0.24.0"):
+        for patch in ({}, {"deferred": []}):
+            raw["groups"][0].update(patch)
+            o = evaluate(parse_scenario(raw), sem)
+            assert o.refused is None
+    raw["groups"][1]["stored"] = "all"
+    o = evaluate(parse_scenario(raw))
+    assert o.hit_tokens == MAX_TOKENS - 1 and len(o.loads[0].blocks) == MAX_TOKENS - 1
+    assert time.monotonic() - t0 < 5.0

@@ -74,7 +74,7 @@ def _conforms(s: Scenario) -> None:
     e = encode_scenario(s, passes=max(1, loop.passes))
     assert e.unique, "the encoding leaves the hit open"
     assert e.hit == o.hit_tokens
-    model_loads = {ld.group: (ld.blocks, ld.state_position) for ld in o.loads}
+    model_loads = {ld.group: (tuple(ld.blocks), ld.state_position) for ld in o.loads}
     if o.hit_tokens:
         assert e.loads == model_loads
 

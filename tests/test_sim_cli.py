@@ -73,3 +73,21 @@ def test_bad_input_is_one_line_exit_2(args: list[str], flag: str) -> None:
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0], p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_fail_on_corruption_is_per_semantics() -> None:
+    """0.23.0 corrupts the 32-token re-send (the seed); 0.24.0 does not; without the
+    option a corrupting run still exits 0 (it measures, it does not judge)."""
+    from sim.cli import main
+
+    lengths = ["--lengths", "31-33"]
+    assert main(["rerun", "--semantics", "vllm-0.23.0", *lengths,
+                 "--fail-on-corruption", "vllm-0.23.0"]) == 1
+    assert main(["rerun", "--semantics", "vllm-0.23.0", *lengths]) == 0
+    assert main(["rerun", "--semantics", "vllm-0.24.0", *lengths,
+                 "--fail-on-corruption", "vllm-0.24.0"]) == 0
+    run = ["run", "--workload", "chat", "--requests", "200", "--no-progress", "--jobs", "1",
+           "--semantics", "vllm-0.23.0,vllm-0.24.0"]
+    assert main([*run, "--fail-on-corruption", "vllm-0.24.0"]) == 0
+    assert main([*run, "--fail-on-corruption", "vllm-0.23.0"]) == 1
+    assert main([*run, "--fail-on-corruption", "alt-round-num-hit"]) == 2

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from model.args import OneLineParser, bounded_int, nonempty_path, output_dir
 from model.evaluate import evaluate
 from model.scenario import (
     Scenario,
@@ -269,18 +270,19 @@ def bench(real: RealScheduler, calls: int) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sim.crosscheck", description=__doc__)
+    ap = OneLineParser(prog="python -m sim.crosscheck", description=__doc__)
     ap.add_argument("--vllm", default=",".join(VERSIONS),
                     help="comma-separated vLLM versions (default: %(default)s)")
-    ap.add_argument("--examples", type=int, default=2000,
+    ap.add_argument("--examples", type=bounded_int(0, 10_000_000), default=2000,
                     help="distinct generated scenarios per version (default: %(default)s)")
     ap.add_argument("--scenarios", action="append", default=[], metavar="DIR",
+                    type=nonempty_path,
                     help="replay every scenario file under DIR (repeatable)")
-    ap.add_argument("--out", type=Path, default=OUT_DIR,
+    ap.add_argument("--out", type=output_dir, default=OUT_DIR,
                     help="where shrunk disagreements are written (default: %(default)s)")
-    ap.add_argument("--seed", type=int, default=None,
+    ap.add_argument("--seed", type=bounded_int(0, 2**63 - 1), default=None,
                     help="first Hypothesis seed (default 0; runs are reproducible)")
-    ap.add_argument("--bench-calls", type=int, default=2000,
+    ap.add_argument("--bench-calls", type=bounded_int(0, 1_000_000), default=2000,
                     help="calls for the fixed benchmark (0 skips it)")
     ap.add_argument("--no-lookups", action="store_true",
                     help="do not compare the order of manager.lookup calls")
@@ -304,15 +306,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.vllm_source is not None:
         return pr_check(args)
     versions = [v.strip() for v in args.vllm.split(",") if v.strip()]
+    unsupported = [v for v in versions if v not in VERSIONS]
+    if not versions or unsupported:
+        ap.error(f"argument --vllm: unsupported version {(unsupported or [''])[0]!r} "
+                 f"(supported: {', '.join(VERSIONS)})")
+    try:
+        paths = iter_scenario_paths(args.scenarios) if args.scenarios else []
+        for p in paths:  # bad input is refused before any environment starts
+            load_scenario_file(p)
+    except ScenarioError as e:
+        ap.error(f"argument --scenarios: {e}")
     if args.semantics is not None:
+        if len(versions) != 1:
+            ap.error("--semantics: takes exactly one --vllm version")
         try:
-            if len(versions) != 1:
-                raise ValueError("--semantics: takes exactly one --vllm version")
             fix_for(versions[0], args.semantics)
         except ValueError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-    paths = iter_scenario_paths(args.scenarios) if args.scenarios else []
+            ap.error(str(e))
     check_lookups = not args.no_lookups
     failed = False
     summary = []

@@ -18,7 +18,6 @@ input.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -26,6 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from model.args import OneLineParser, nonempty_path, output_dir
+from model.scenario import MAX_TOKENS, ScenarioError, decode_json, read_bytes
 
 SCHEMA = "sim-gpu-result/1"
 HF_SCHEMA = "sim-gpu-hf-reference/1"
@@ -141,10 +143,20 @@ def _get(d: dict[str, Any], key: str, types: type | tuple[type, ...], where: str
     return v
 
 
-def _opt_int(d: dict[str, Any], key: str, where: str) -> int | None:
+def _opt_int(d: dict[str, Any], key: str, where: str, minimum: int = 0) -> int | None:
     v = d.get(key)
     if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-        raise ResultError(f"{where}{key}: expected an integer or null, got {v!r}")
+        raise ResultError(f"{where}{key}: expected an integer or null, got {str(v)[:40]!r}")
+    if v is not None and not minimum <= v <= MAX_TOKENS:
+        raise ResultError(f"{where}{key}: expected {minimum} to {MAX_TOKENS:,} "
+                          f"(scenario.MAX_TOKENS), got {v}")
+    return v
+
+
+def _count(d: dict[str, Any], key: str, where: str, minimum: int) -> int:
+    v = _opt_int(d, key, where, minimum)
+    if v is None:
+        raise ResultError(f"{where}{key}: required field is missing")
     return v
 
 
@@ -168,8 +180,11 @@ def parse_result(d: Any, name: str) -> Case:
         w = f"{name}: groups[{i}]."
         if not isinstance(g, dict):
             raise ResultError(f"{w[:-1]}: expected an object")
-        groups.append(Group(_get(g, "kind", str, w), _get(g, "gpu_block_size", int, w),
-                            _opt_int(g, "offloaded_block_size", w), g.get("mamba_cache_mode")))
+        mode = g.get("mamba_cache_mode")
+        if mode is not None and not isinstance(mode, str):
+            raise ResultError(f"{w}mamba_cache_mode: expected a string, got {str(mode)[:40]!r}")
+        groups.append(Group(_get(g, "kind", str, w), _count(g, "gpu_block_size", w, 1),
+                            _opt_int(g, "offloaded_block_size", w, 1), mode))
     if not groups:
         raise ResultError(f"{name}: groups: empty")
     rows = []
@@ -183,8 +198,8 @@ def parse_result(d: Any, name: str) -> Case:
                     isinstance(s, list) and all(isinstance(b, int) for b in s) for s in stored)):
                 raise ResultError(f"{w}stored: expected one list of block indices per group")
             stored = tuple(tuple(s) for s in stored)
-        rows.append(Row(_get(r, "length", int, w), _get(r, "equal", bool, w),
-                        _opt_int(r, "first_diff", w), _get(r, "num_cached_tokens", int, w),
+        rows.append(Row(_count(r, "length", w, 1), _get(r, "equal", bool, w),
+                        _opt_int(r, "first_diff", w), _count(r, "num_cached_tokens", w, 0),
                         _opt_int(r, "connector_hit", w), _opt_int(r, "num_computed_tokens", w),
                         stored, _tokens(r, "cold_tokens", w), _tokens(r, "hot_tokens", w)))
     seconds = _get(d, "gpu_seconds", dict, f"{name}: ").get("total")
@@ -203,9 +218,9 @@ def load_results(folder: Path) -> list[Case]:
     cases = []
     for f in files:
         try:
-            d = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ResultError(f"{f.name}: {str(e).splitlines()[0]}") from None
+            d = decode_json(read_bytes(f), f.name)
+        except ScenarioError as e:
+            raise ResultError(str(e)) from None
         cases.append(parse_result(d, f.stem))
     return cases
 
@@ -218,13 +233,12 @@ def load_hf_reference(path: Path) -> HFReference | None:
     if not path.exists():
         return None
     try:
-        d = json.loads(path.read_text())
+        d = decode_json(read_bytes(path), path.name)
         if d.get("schema") != HF_SCHEMA:
             raise ResultError(f"{path.name}: schema: expected {HF_SCHEMA!r}")
         return {kind: {int(n): tuple(t) for n, t in per.items()}
                 for kind, per in d["models"].items()}
-    except (OSError, json.JSONDecodeError, KeyError, AttributeError, TypeError,
-            ValueError) as e:
+    except (OSError, KeyError, AttributeError, TypeError, ValueError) as e:
         if isinstance(e, ResultError):
             raise
         raise ResultError(f"{path.name}: {str(e).splitlines()[0] if str(e) else e!r}") from None
@@ -587,10 +601,10 @@ def render_plot(cases: Sequence[Case], compared: Sequence[Compared], path: Path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sim.gpu.report",
-                                 description="GPU results vs model and simulator")
-    ap.add_argument("--results", type=Path, default=RESULTS)
-    ap.add_argument("--out", type=Path, default=None)
+    ap = OneLineParser(prog="python -m sim.gpu.report",
+                       description="GPU results vs model and simulator")
+    ap.add_argument("--results", type=nonempty_path, default=RESULTS)
+    ap.add_argument("--out", type=output_dir, default=None)
     ap.add_argument("--no-sim", action="store_true", help="skip python -m sim rerun")
     a = ap.parse_args(argv)
     try:

@@ -1,0 +1,173 @@
+"""``python -m proofs --mutants``: which theorem, test or cross-check kills each mutant.
+
+For every mutant of ``proofs.mutants`` (applied to model and encoding together):
+
+- the theorem it must break (``Mutant.killer``), checked on ``vllm-0.24.0``: killed only
+  by a COUNTEREXAMPLE (a proof or an ``unknown`` is not a kill);
+- the cross-check against the GPU measurements (``sim/gpu/results``: the real vLLM 0.23.0
+  and 0.24.0 engines on an H200): killed when the model's hit disagrees, unexplained;
+- the default test suite in a subprocess (``OLC_MUTANT`` set; tests/conftest.py applies
+  it), first failing test; pytest-timeout turns a mutant that loops into a failure.
+
+A mutant is killed when any of them kills it, and one with a ``killer`` must be killed by
+that theorem. The run ends with one verdict line; exit 0 only if every mutant is killed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from proofs.mutants import BY_NAME, ENV, MUTANTS, Mutant, applied, prove_equivalent
+
+ROOT = Path(__file__).resolve().parent.parent
+# the committed-docs staleness tests compare text, not behaviour: not a semantic kill
+DESELECT = ("tests/test_spec.py::test_spec_md_is_current",
+            "tests/test_spec.py::test_spec_html_is_current")
+
+
+@dataclass(frozen=True)
+class Kill:
+    mutant: str
+    theorem: str  # the killer theorem's verdict, or "-"
+    crosscheck: str  # "killed: ..." or "survived"
+    tests: str  # the first failing test, or "survived"
+    seconds: float
+    equivalence: str | None = None  # a Z3 proof that the mutant computes the same
+
+    @property
+    def equivalent(self) -> bool:
+        return self.equivalence is not None and self.equivalence.startswith("PROVED")
+
+    @property
+    def killed(self) -> bool:
+        m = BY_NAME[self.mutant]
+        by_theorem = self.theorem.startswith("COUNTEREXAMPLE")
+        if m.killer is not None:
+            return by_theorem
+        return self.crosscheck.startswith("killed") or self.tests.startswith("killed")
+
+
+class _Alarm(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: FrameType | None) -> None:
+    raise _Alarm()
+
+
+def by_theorem(m: Mutant, timeout_s: float) -> str:
+    if m.killer is None:
+        return "-"
+    from model.semantics import get_semantics
+    from proofs.check import check, prove
+    from proofs.theorems import THEOREMS
+
+    t0 = time.monotonic()
+    with applied(m.name):
+        thm = THEOREMS[m.killer]
+        if thm.violation is None:  # termination: no run violates it, its proof must fail
+            status, where = prove(thm, get_semantics("vllm-0.24.0"), thm.preconditions,
+                                  int(timeout_s * 1000))
+            verdict = ("COUNTEREXAMPLE to a proof obligation" if status == "FAILED"
+                       else status)
+            return f"{verdict} {m.killer} ({time.monotonic() - t0:.0f}s; {where})"
+        v = check(m.killer, "vllm-0.24.0", int(timeout_s * 1000))
+    return f"{v.status} {m.killer} ({v.seconds:.0f}s)"
+
+
+def by_gpu_crosscheck(m: Mutant, limit_s: int = 60) -> str:
+    from sim.gpu.report import RESULTS, compare, load_results, unexplained
+
+    cases = load_results(RESULTS)
+    old = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.alarm(limit_s)
+    try:
+        with applied(m.name):
+            bad = unexplained(compare(cases, None))
+    except _Alarm:
+        return f"killed: the model did not answer within {limit_s}s"
+    except Exception as e:  # noqa: BLE001 - a mutant may crash the model
+        return f"killed: the model raised {type(e).__name__}"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    if bad:
+        c = bad[0]
+        return (f"killed: {len(bad)} GPU measurements, e.g. {c.case.name} length "
+                f"{c.row.length}: {'; '.join(c.disagreements())}")
+    return "survived"
+
+
+def by_tests(m: Mutant, limit_s: int = 900) -> str:
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+           "--timeout=300", "--ignore=tests/test_mutants.py",  # applies mutants itself
+           *[a for d in DESELECT for a in ("--deselect", d)]]
+    env = {**os.environ, ENV: m.name, "PYTHONHASHSEED": "0"}
+    try:
+        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=limit_s, check=False)
+    except subprocess.TimeoutExpired:
+        return f"killed: the suite ran past {limit_s}s"
+    if r.returncode == 0:
+        return "survived"
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", r.stdout, re.M)
+    first = failed[0] if failed else f"pytest exit {r.returncode}"
+    if "Timeout >" in r.stdout:  # pytest-timeout: slow (a loaded machine), not wrong
+        return f"timed out (not a kill): {first}"
+    return "killed: " + first
+
+
+def run_one(args: tuple[str, float, bool]) -> Kill:
+    name, timeout_s, all_checks = args
+    m = BY_NAME[name]
+    t0 = time.monotonic()
+    thm = by_theorem(m, timeout_s)
+    cc = tests = "-"
+    if all_checks or m.killer is None or not thm.startswith("COUNTEREXAMPLE"):
+        cc = by_gpu_crosscheck(m)
+        tests = by_tests(m)
+    return Kill(name, thm, cc, tests, time.monotonic() - t0, prove_equivalent(name))
+
+
+def run(names: Sequence[str], timeout_s: float, jobs: int, all_checks: bool) -> int:
+    """Check each mutant, a line each as it ends, and a verdict line; exit 0 iff all die."""
+    t0 = time.monotonic()
+    work = [(n, timeout_s, all_checks) for n in names]
+    kills: list[Kill] = []
+    print(f"{len(work)} mutants of the vllm-0.24.0 lookup (model and encoding together)",
+          flush=True)
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(jobs) as pool:
+        for k in pool.imap(run_one, work):
+            kills.append(k)
+            m = BY_NAME[k.mutant]
+            status = "KILLED    " if k.killed else ("EQUIVALENT" if k.equivalent
+                                                          else "SURVIVED  ")
+            print(f"{status} {k.mutant} ({m.words}; {k.seconds:.0f}s)\n"
+                  f"    theorem: {k.theorem}\n    GPU cross-check: {k.crosscheck}\n"
+                  f"    tests: {k.tests}"
+                  + (f"\n    equivalence: {k.equivalence}" if k.equivalence else ""),
+                  flush=True)
+    alive = [k.mutant for k in kills if not (k.killed or k.equivalent)]
+    equivalent = sum(k.equivalent and not k.killed for k in kills)
+    by_proofs = sum(k.theorem.startswith("COUNTEREXAMPLE") for k in kills)
+    print(f"{'FAIL' if alive else 'PASS'}: {len(kills) - len(alive)} of {len(kills)} mutants "
+          f"killed or proved equivalent ({by_proofs} killed by a theorem, {equivalent} proved "
+          f"equivalent, the rest killed by a test or the GPU cross-check)"
+          f"{'; alive: ' + ', '.join(alive) if alive else ''} "
+          f"[{time.monotonic() - t0:.0f}s]")
+    return 1 if alive else 0
+
+
+def all_names() -> list[str]:
+    return [m.name for m in MUTANTS]

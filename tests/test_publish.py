@@ -1,0 +1,58 @@
+"""A failed or partial proofs run into a green report directory leaves a report whose
+first line says FAIL and none of the earlier run's artefacts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import proofs.__main__ as proofs_main
+
+
+def green(d: Path) -> None:
+    """What an earlier successful full run left (plus a file that is not the report's)."""
+    (d / "counterexamples").mkdir(parents=True)
+    (d / "ci").mkdir()
+    (d / "report.md").write_text("PASS: 24 of 24 results match\n")
+    for name in ("report.json", "spec.md", "spec.html", "spec-facts.json", "old.png",
+                 "counterexamples/old.json", "ci/workflow.yml"):
+        (d / name).write_text("{}")
+
+
+def check_failed(d: Path, code: int, capsys: pytest.CaptureFixture[str]) -> None:
+    assert code == 1
+    lines = (d / "report.md").read_text().splitlines()
+    assert lines[0].startswith("FAIL") and lines[-1] == lines[0]
+    assert capsys.readouterr().out.splitlines()[-1] == lines[0]  # the console's last line
+    stale = {"spec.md", "spec.html", "spec-facts.json", "old.png", "counterexamples/old.json"}
+    assert not {n for n in stale if (d / n).exists()}
+    assert (d / "ci" / "workflow.yml").exists()  # not a report artefact: kept
+    assert not list(d.parent.glob(".*partial*"))  # no staging directory left behind
+
+
+def test_failing_run_replaces_a_green_report(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    d = tmp_path / "report"
+    green(d)
+    # a 1 ms budget: the solver answers unknown, which never counts as a pass
+    code = proofs_main.main(["--report", str(d), "--timeout", "0.001", "--jobs", "1",
+                             "--semantics", "vllm-0.24.0", "--theorem", "whole-blocks",
+                             "--no-necessity"])
+    check_failed(d, code, capsys)
+    assert (d / "report.json").exists()  # this run's, complete
+
+
+def test_crashed_run_leaves_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    d = tmp_path / "report"
+    green(d)
+
+    def crash(*args: object) -> None:
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(proofs_main, "run_all", crash)
+    code = proofs_main.main(["--report", str(d), "--jobs", "1"])
+    check_failed(d, code, capsys)
+    assert "injected failure" in (d / "report.md").read_text()
+    assert not (d / "report.json").exists()

@@ -1,0 +1,51 @@
+"""The regression test the spec offers vLLM (docs/vllm/test_offloading_mamba_align.py)
+against the real schedulers: every test in it fails on vLLM 0.23.0 and passes on 0.24.0.
+
+It runs in each release's cross-check environment (built by ``python -m sim.crosscheck.envs``;
+no pytest there, so each ``test_*`` function is called directly)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REGRESSION = ROOT / "docs" / "vllm" / "test_offloading_mamba_align.py"
+RUNNER = """
+import json, runpy, sys
+module = runpy.run_path(sys.argv[1])
+out = {}
+for name, fn in sorted(module.items()):
+    if name.startswith("test_"):
+        try:
+            fn()
+            out[name] = "passed"
+        except AssertionError as e:
+            out[name] = "failed: " + str(e)
+print(json.dumps(out))
+"""
+
+
+def test_regression_file_is_plain_python() -> None:
+    source = REGRESSION.read_text()
+    compile(source, str(REGRESSION), "exec")
+    assert "def test_" in source and "import pytest" not in source
+
+
+@pytest.mark.crosscheck
+@pytest.mark.parametrize("version,passes", [("0.23.0", False), ("0.24.0", True)])
+def test_regression_file_on_the_real_scheduler(version: str, passes: bool) -> None:
+    from sim.crosscheck.envs import ensure_env
+
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([str(ensure_env(version)), "-c", RUNNER, str(REGRESSION)],
+                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(outcome) >= 2, outcome
+    for name, result in outcome.items():
+        assert (result == "passed") == passes, f"vLLM {version} {name}: {result}"
