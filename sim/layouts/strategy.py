@@ -4,7 +4,7 @@ Draws an accepted row of ``docs/layouts-vllm-0.33.0.json`` (``model.real_layouts
 fills in what the table leaves open: the prompt length (up to three scheduler blocks of
 offloaded size plus a remainder), the GPU prefix hit (whole scheduler blocks, leaving the
 last prompt token) and the store: what an earlier request wrote (every group's blocks
-within the first T tokens, as one engine stores them), sometimes with some of one
+within the first T <= prompt tokens, as one engine stores them), sometimes with some of one
 group's blocks evicted (holes).
 """
 
@@ -35,8 +35,10 @@ def real_layout_scenarios(draw: st.DrawFn, semantics: str = "vllm-0.24.0") -> Sc
     gpu_hit_blocks = draw(st.integers(0, (prompt - 1) // scheduler_block))
     most = prompt + scheduler_block * bpc
     stored_tokens = most - draw(st.integers(0, most))  # small draws: much stored
+    # keys exist only for the prompt's chunks: a longer earlier request stored no more
+    # of this prompt than its own chunks (and the loader refuses blocks past the prompt)
     stored: list[Any] = [
-        list(range(stored_tokens // (g.block_size * bpc))) for g in t.groups]
+        list(range(min(stored_tokens, prompt) // (g.block_size * bpc))) for g in t.groups]
     if draw(st.booleans()):
         victim = draw(st.integers(0, len(t.groups) - 1))
         evicted = draw(st.sets(st.sampled_from(stored[victim]))) if stored[victim] else set()
