@@ -461,6 +461,15 @@ def _sim_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
             for s in SIM_SEMANTICS if s in run["semantics"]]
 
 
+def findings() -> list[dict[str, str]]:
+    """``docs/findings/NNN-*.md``: name and title (the first heading, without its number)."""
+    out = []
+    for path in sorted((ROOT / "docs" / "findings").glob("[0-9][0-9][0-9]-*.md")):
+        first = path.read_text(encoding="utf-8").splitlines()[0]
+        out.append({"name": path.name, "title": first.lstrip("# ").split(" — ", 1)[-1]})
+    return out
+
+
 def context(code: CodeFacts, results: Results, env: jinja2.Environment) -> dict[str, Any]:
     seed = code.seed
     cexs = [c | {"example": code.examples[_key(c["scenario"])],
@@ -476,6 +485,7 @@ def context(code: CodeFacts, results: Results, env: jinja2.Environment) -> dict[
         "newest": proved_release(results), "semantics": all_semantics(), "theorems": THEOREMS,
         "matrix": matrix(results), "preconditions": preconditions(results, env),
         "guarantee": _guarantee_rows(results), "scope": scope(results),
+        "findings": findings(),
         "seed": seed, "T": seed["prompt_tokens"],
         "B": seed["groups"][0]["gpu_block_size"] * seed["block_size_factor"],
         "old": code.examples["seed@vllm-0.23.0"], "new": code.examples["seed@vllm-0.24.0"],
@@ -531,7 +541,9 @@ def to_html(markdown: str, title: str) -> str:
         for child in tok.children or []:
             href = str(child.attrGet("href") or "")
             path, _, frag = href.partition("#")
-            if child.type == "link_open" and path.endswith(".md") and "://" not in path:
+            # the spec's own pages have HTML twins; findings are Markdown only
+            if (child.type == "link_open" and path.endswith(".md") and "://" not in path
+                    and "findings/" not in path):
                 child.attrSet("href", path[:-3] + ".html" + (f"#{frag}" if frag else ""))
     body = str(md.renderer.render(tokens, md.options, {}))
     head = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
