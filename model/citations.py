@@ -57,6 +57,12 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "mamba_skipped": (SINGLE, 1209),
         "cache_block_size": (CORE, 283),
         "gpu_hit_cap": (KVM, 221),
+        "gpu_hit_none": (KVM, 212),
+        "hybrid_no_cp": (UTILS, 620),
+        "num_tokens": (SCHED, 397),
+        "load_block_indices": (SCHED, 639),
+        "worker_skip": ("v1/kv_offload/cpu/gpu_worker.py", 321),
+        "sub_block_ptrs": ("v1/kv_offload/cpu/gpu_worker.py", 123),
     },
     "0.24.0": {
         "sw_window_positive": (SCHED, 97),
@@ -110,6 +116,12 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "mamba_skipped": (SINGLE, 1266),
         "cache_block_size": (CORE, 309),
         "gpu_hit_cap": (KVM, 227),
+        "gpu_hit_none": (KVM, 218),
+        "hybrid_no_cp": (UTILS, 634),
+        "num_tokens": (SCHED, 462),
+        "load_block_indices": (SCHED, 749),
+        "worker_skip": ("v1/kv_offload/cpu/gpu_worker.py", 321),
+        "sub_block_ptrs": ("v1/kv_offload/cpu/gpu_worker.py", 123),
     },
 }
 

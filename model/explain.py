@@ -29,7 +29,7 @@ def _cell(g: Group, b: int) -> str:
 def token_line(s: Scenario, o: Outcome) -> list[str]:
     """Text picture: the token line, each group's offloaded blocks, the hit, the state."""
     factor = s.block_size_factor
-    T = s.prompt_tokens
+    T = s.num_tokens
     scale = max(1, cdiv(T, WIDTH))
     cols = cdiv(T, scale)
     lines = [f"one column = {scale} token(s); # stored  . missing  ? deferred  L being loaded"]
@@ -50,7 +50,7 @@ def token_line(s: Scenario, o: Outcome) -> list[str]:
     lines.append(f"{'prompt (g=GPU hit, H=hit)':<{pad}}" + "".join(marks) + "|")
     loads = {load.group: load for load in o.loads}
     for i, g in enumerate(s.groups):
-        obs = g.gpu_block_size * factor
+        obs = g.gpu_block_size * s.context_parallel_size * factor
         row = []
         for c in range(cols):
             b = (c * scale) // obs
@@ -76,6 +76,9 @@ def explain(s: Scenario, o: Outcome) -> str:
     out = [f"semantics {sem.name}: {sem.summary}"]
     out.append(f"prompt {s.prompt_tokens} tokens, GPU prefix hit {s.num_computed_tokens}, "
                f"block_size_factor {s.block_size_factor}")
+    if s.output_tokens or s.context_parallel_size != 1:
+        out.append(f"resumed request: {s.output_tokens} output tokens (num_tokens "
+                   f"{s.num_tokens}); context_parallel_size {s.context_parallel_size}")
     if o.refused:
         out.append(o.refused)
         return "\n".join(out)
@@ -117,7 +120,7 @@ def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "") -> None:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    T = s.prompt_tokens
+    T = s.num_tokens
     n = len(s.groups)
     fig, ax = plt.subplots(figsize=(min(16, 4 + T / 6), 1.6 + 0.9 * n))
     end = s.num_computed_tokens + (o.hit_tokens or 0)
@@ -133,7 +136,7 @@ def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "") -> None:
     colors = {"#": "#9acd32", ".": "#ffffff", "?": "#ffd700", "L": "#ffa500"}
     for i, g in enumerate(s.groups):
         y = n - 1 - i
-        obs = g.gpu_block_size * s.block_size_factor
+        obs = g.gpu_block_size * s.context_parallel_size * s.block_size_factor
         for b in range(T // obs):
             ax.add_patch(Rectangle((b * obs, y), obs, 0.6, facecolor=colors[_cell(g, b)],
                                    edgecolor="black", lw=0.6))

@@ -56,10 +56,10 @@ def loads_stored_only(s: Scenario, layout: Layout, hit: int, plan: LoadPlan) -> 
 
 def leaves_last_token(s: Scenario, layout: Layout, hit: int, plan: LoadPlan) -> list[Violation]:
     end = s.num_computed_tokens + hit
-    if hit and layout.sliding_window_groups and end > s.prompt_tokens - 1:
+    if hit and layout.sliding_window_groups and end > s.num_tokens - 1:
         return [Violation(
             "leaves-last-token",
-            f"the hit ends at token {end} of {s.prompt_tokens}: the last prompt token is not "
+            f"the hit ends at token {end} of {s.num_tokens}: the last token is not "
             "recomputed although sliding-window or Mamba groups need it",
         )]
     return []

@@ -1,10 +1,21 @@
-"""``update_state_after_alloc``: which offloaded blocks a hit loads, per group.
+"""``update_state_after_alloc``: which offloaded blocks a hit loads, per group, and
+what the worker copies out of them.
 
 The GPU blocks a request holds after ``KVCacheManager.allocate_slots`` decide where the
 load starts: ``update_state_after_alloc`` (scheduler.py:683 (573)) loads from the first
 GPU block that is neither a null placeholder nor already cached. Blocks outside a
 sliding window, and every Mamba block but the one holding the running state, are null
 placeholders (``get_num_skipped_tokens`` in v1/core/single_type_kv_cache_manager.py).
+
+The transfer spec names the pending GPU blocks and, per group, the index of the first
+one (``block_indices``, scheduler.py:749 (639)). The CPU worker skips
+``block_idx % block_size_factor`` GPU-sized sub-blocks of the first offloaded block
+(v1/kv_offload/cpu/gpu_worker.py:321) and copies the pending ones in order
+(``compute_sub_block_ptrs``, gpu_worker.py:123): GPU block ``p`` receives sub-block
+``p % factor`` of offloaded block ``p // factor``. A Mamba group's sub-block ``j`` of
+offloaded block ``k`` holds the state saved at the end of GPU block ``k * factor + j``
+(the store copies GPU blocks into sub-blocks the same way, scheduler.py:958), so the
+restored state is the one at the end of the last GPU block filled.
 """
 
 from __future__ import annotations
@@ -19,10 +30,12 @@ from model.scenario import Group, Scenario
 class GroupLoad:
     group: int
     blocks: tuple[int, ...]  # offloaded block indices whose keys go to prepare_load
-    # Mamba groups: the token position of the recurrent state the load brings; an
-    # offloaded Mamba block carries the state at its end (resolve_mamba_align_size
-    # aligns to the offloaded block size, scheduler.py:108)
+    # Mamba groups: the token position of the recurrent state the load restores, the
+    # end of the last GPU block the worker fills
     state_position: int | None
+    # what the worker copies: (offloaded block, sub-block, GPU block position in the
+    # request's block table), in copy order
+    copies: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,10 +79,15 @@ def _group_load(cfg: GroupConfig, g: Group, s: Scenario, num_external_tokens: in
     if num_pending_gpu_blocks:
         start_block_idx = first_pending // factor  # scheduler.py:737 (627)
         blocks = tuple(range(start_block_idx, num_blocks))  # scheduler.py:740 (630)
+    copies: tuple[tuple[int, int, int], ...] = ()
     state = None
-    if g.kind == "mamba" and blocks:
-        state = (blocks[-1] + 1) * cfg.offloaded_block_size
-    return GroupLoad(cfg.group_idx, blocks, state), assertion
+    if blocks:
+        # gpu_worker.py:321: skip first_pending % factor sub-blocks of the first
+        # offloaded block, then one sub-block per pending GPU block
+        copies = tuple((p // factor, p % factor, p) for p in range(first_pending, num_gpu_blocks))
+        if g.kind == "mamba":
+            state = num_gpu_blocks * gpu_bs  # the end of GPU block num_gpu_blocks - 1
+    return GroupLoad(cfg.group_idx, blocks, state, copies), assertion
 
 
 def load_plan(layout: Layout, s: Scenario, num_external_tokens: int | None) -> LoadPlan:

@@ -26,6 +26,7 @@ _TOP_FIELDS = {
     "semantics", "block_size_factor", "prompt_tokens", "num_computed_tokens", "groups",
     "enable_prefix_caching", "skip_reading_prefix_cache", "in_flight_transfers",
     "mamba_block_size", "hash_block_size", "description", "expect",
+    "output_tokens", "context_parallel_size", "valid_hit",
 }
 
 
@@ -79,7 +80,21 @@ class Scenario:
     mamba_block_size: int | None = None
     # cache_config.hash_block_size override (kv_cache_utils.py resolve_kv_cache_block_sizes)
     hash_block_size: int | None = None
+    # a resumed or preempted request's output tokens: vLLM's lookup reads
+    # request.num_tokens, prompt plus output (scheduler.py:462 (397), v1/request.py:247)
+    output_tokens: int = 0
+    # decode_context_parallel_size * prefill_context_parallel_size: the offloading
+    # gpu_block_size is the group's block size times it (v1/kv_offload/base.py:481 (408))
+    context_parallel_size: int = 1
+    # a hit the file claims is valid and larger than the lookup's (maximality
+    # counterexamples); ``python -m model lookup`` checks the claim
+    valid_hit: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def num_tokens(self) -> int:
+        """``request.num_tokens``: the prompt plus any output tokens (resumed request)."""
+        return self.prompt_tokens + self.output_tokens
 
     def with_semantics(self, name: str) -> Scenario:
         from dataclasses import replace
@@ -188,6 +203,9 @@ def parse_scenario(raw: Any) -> Scenario:
         in_flight_transfers=_bool(raw, "in_flight_transfers", "", False),
         mamba_block_size=_int(raw, "mamba_block_size", "", 1, default=None),
         hash_block_size=_int(raw, "hash_block_size", "", 1, default=None),
+        output_tokens=_int(raw, "output_tokens", "", 0, default=0),
+        context_parallel_size=_int(raw, "context_parallel_size", "", 1, default=1),
+        valid_hit=_int(raw, "valid_hit", "", 1, default=None),
         extra={k: raw[k] for k in ("description", "expect") if k in raw},
     )
 
@@ -242,6 +260,12 @@ def scenario_to_json(s: Scenario) -> dict[str, Any]:
         out["mamba_block_size"] = s.mamba_block_size
     if s.hash_block_size is not None:
         out["hash_block_size"] = s.hash_block_size
+    if s.output_tokens:
+        out["output_tokens"] = s.output_tokens
+    if s.context_parallel_size != 1:
+        out["context_parallel_size"] = s.context_parallel_size
+    if s.valid_hit is not None:
+        out["valid_hit"] = s.valid_hit
     return out
 
 
