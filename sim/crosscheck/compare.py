@@ -19,6 +19,8 @@ class ModelView:
     lookups: tuple[tuple[int, int], ...]
     loads: dict[int, tuple[int, ...]] | None  # None: no load (hit 0, deferred, refused)
     assertion: str | None
+    # what the worker copies per group: (offloaded block, sub-block, GPU block position)
+    copies: dict[int, tuple[tuple[int, int, int], ...]] | None = None
     # the model refused the request only for a precondition a real engine always meets
     # (GPU hit shape); the comparison then uses the model run without it (enforce=False)
     precondition: str | None = None
@@ -41,11 +43,12 @@ def model_view(s: Scenario, semantics: str) -> ModelView:
         t0 = time.perf_counter()
         get_num_new_matched_tokens(out.layout, s, sem)
         seconds = time.perf_counter() - t0
-    loads = None
+    loads = copies = None
     if out.refused is None and out.hit_tokens:
         loads = {gl.group: tuple(gl.blocks) for gl in out.loads}
+        copies = {gl.group: gl.copies for gl in out.loads}
     return ModelView(out.refused, out.hit_tokens, tuple(out.lookups), loads,
-                     out.assertion, precondition, seconds)
+                     out.assertion, copies, precondition, seconds)
 
 
 @dataclass
@@ -87,4 +90,10 @@ def compare(model: ModelView, real: dict[str, Any], *, check_lookups: bool = Tru
                       else {g: tuple(blocks) for g, blocks in real["loads"]})
         if model.loads != real_loads:
             diffs.append(f"load plan: model {model.loads} vs real {real_loads}")
+        elif real_loads is not None:
+            # what the worker copies: GPU block positions and sub-block offsets
+            real_copies = {g: tuple(tuple(c) for c in group)
+                           for g, group in enumerate(real.get("copies") or [])}
+            if real.get("copies") is None or model.copies != real_copies:
+                diffs.append(f"worker copies: model {model.copies} vs real {real_copies}")
     return Verdict(not diffs, diffs)

@@ -3,7 +3,8 @@
 Covers every group kind (full attention, sliding window, Mamba in modes align / none /
 all), 1-4 groups with block sizes that share a common unit (1-64 tokens), offloaded
 block size factors 1-4, prompts up to ~300 tokens, GPU prefix hits, stores with holes,
-deferred lookups, blocks being loaded, EAGLE groups, and the request flags.  Layouts a
+deferred lookups, blocks being loaded, EAGLE groups, the request flags, resumed requests
+(output tokens) and context parallelism (refused with more than one group).  Layouts a
 release refuses at start-up are generated on purpose (mixed block sizes with a factor,
 Mamba groups of different sizes, hash_block_size overrides).
 """
@@ -71,14 +72,15 @@ def scenario_dicts(draw: st.DrawFn, semantics: str = "vllm-0.24.0") -> dict[str,
         prompt = max(1, prompt + draw(st.sampled_from([0, 1, -1, 2, unit, -unit])))
     else:
         prompt = draw(st.integers(1, 300))
-    lcm = math.lcm(*sizes)
+    cp = draw(st.sampled_from([2, 4])) if _chance(draw, 0.07 if n_groups > 1 else 0.2) else 1
+    lcm = math.lcm(*sizes) * cp  # the scheduler block size (kv_cache_utils.py:630, 641)
     computed = 0
     if prompt > lcm and _chance(draw, 0.3):
         computed = lcm * draw(st.integers(0, (prompt - 1) // lcm))
     groups = []
     for size in sizes:
         kind = draw(st.sampled_from(["full_attention", "sliding_window", "mamba"]))
-        obs = size * factor
+        obs = size * cp * factor
         n_blocks = prompt // obs + 1
         g: dict[str, Any] = {"kind": kind, "gpu_block_size": size}
         if kind == "sliding_window":
@@ -106,6 +108,10 @@ def scenario_dicts(draw: st.DrawFn, semantics: str = "vllm-0.24.0") -> dict[str,
         out["in_flight_transfers"] = True
     if n_groups > 1 and _chance(draw, 0.05):
         out["hash_block_size"] = draw(st.sampled_from([1, unit, 2 * unit]))
+    if _chance(draw, 0.1):  # a resumed (preempted) request: num_tokens includes output
+        out["output_tokens"] = draw(st.integers(1, 2 * max(sizes) * factor + 1))
+    if cp != 1:
+        out["context_parallel_size"] = cp
     return out
 
 
