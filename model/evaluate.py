@@ -9,7 +9,8 @@ from model.invariants import Violation, check_all
 from model.layout import Layout, Refused, check_request, resolve_layout
 from model.load_plan import GroupLoad, load_plan
 from model.lookup import LookupResult, get_num_new_matched_tokens
-from model.scenario import Scenario
+from model.maximality import is_valid_hit
+from model.scenario import Scenario, ScenarioError
 from model.semantics import Semantics, get_semantics
 
 
@@ -47,6 +48,8 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
     res = get_num_new_matched_tokens(layout, s, sem)
     plan = load_plan(layout, s, res.num_hit_tokens)
     violations = check_all(s, layout, res.num_hit_tokens, plan)
+    if s.valid_hit is not None and res.num_hit_tokens is not None:
+        violations += _maximality_claim(s, layout, sem, res.num_hit_tokens)
     assertion = plan.assertion
     if s.in_flight_transfers and res.num_hit_tokens and not sem.in_flight_check:
         # 0.23.0 looks up a request whose transfers are still in flight, then its load
@@ -55,3 +58,15 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
         assertion = assertion or f"a load is issued while transfers are in flight ({check})"
     return Outcome(sem.name, None, res.num_hit_tokens, plan.loads, tuple(violations),
                    res, layout, assertion)
+
+
+def _maximality_claim(s: Scenario, layout: Layout, sem: Semantics, hit: int) -> list[Violation]:
+    """The file's ``valid_hit``: a valid hit above the lookup's is a maximality violation;
+    a claimed hit that is not valid is bad input."""
+    if not is_valid_hit(s, layout, sem, s.valid_hit or 0):
+        raise ScenarioError(f"valid_hit: {s.valid_hit} is not a valid hit for this scenario "
+                            f"under {sem.name} (model/maximality.py)")
+    if s.valid_hit is not None and s.valid_hit > hit:
+        return [Violation("maximality",
+                          f"not maximal: hit {hit}, a valid hit of {s.valid_hit} exists")]
+    return []

@@ -1,7 +1,8 @@
 """The invariants a lookup and its load must keep, each a pure checker.
 
 Numbered as in the reviewers' spec (docs/spec.md):
-  I1 no-partial-state   a restored Mamba state sits exactly where the hit ends
+  I1 no-partial-state   a restored Mamba state sits exactly where the hit ends (and is
+                        one the store surely holds: its offloaded block's last sub-block)
   I2 loads-stored-only  the load reads only blocks the store holds
   I3 leaves-last-token  with sliding-window or Mamba groups the last prompt token is recomputed
   I4 whole-blocks       a non-zero hit covers at least one offloaded block of every group
@@ -33,11 +34,23 @@ def no_partial_state(s: Scenario, layout: Layout, hit: int, plan: LoadPlan) -> l
     out = []
     for load in plan.loads:
         g = s.groups[load.group]
-        if g.restores_state and load.state_position is not None and load.state_position != end:
+        if not g.restores_state or load.state_position is None:
+            continue
+        if load.state_position != end:
             out.append(Violation(
                 "no-partial-state",
                 f"group {load.group} (Mamba {g.mamba_cache_mode}) loads the state saved at "
                 f"token {load.state_position} but the hit ends at token {end}",
+            ))
+        elif not load.state_in_last_sub_block:
+            blk, sub, _ = load.copies[-1]
+            out.append(Violation(
+                "no-partial-state",
+                f"group {load.group} (Mamba {g.mamba_cache_mode}) restores sub-block {sub} of "
+                f"offloaded block {blk}: it holds the state at token {end} only if a prefill "
+                "chunk ended there when the block was stored (scheduler.py:960 stores only "
+                "GPU blocks still held); the store surely holds only the state at the "
+                "block's end",
             ))
     return out
 

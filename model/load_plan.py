@@ -15,7 +15,12 @@ one (``block_indices``, scheduler.py:749 (639)). The CPU worker skips
 ``p % factor`` of offloaded block ``p // factor``. A Mamba group's sub-block ``j`` of
 offloaded block ``k`` holds the state saved at the end of GPU block ``k * factor + j``
 (the store copies GPU blocks into sub-blocks the same way, scheduler.py:958), so the
-restored state is the one at the end of the last GPU block filled.
+restored state is the one at the end of the last GPU block filled. The store copies
+only the GPU blocks that are not null placeholders when it runs (scheduler.py:960): a
+Mamba group's last sub-block (the running state at the offloaded block's end) is always
+among them, an earlier sub-block only if a prefill chunk ended there and its GPU block
+was still held. ``state_in_last_sub_block`` says whether the restored state is the sure
+one.
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ class GroupLoad:
     # what the worker copies: (offloaded block, sub-block, GPU block position in the
     # request's block table), in copy order
     copies: tuple[tuple[int, int, int], ...] = ()
+
+    # the restored Mamba state comes from the last sub-block of its offloaded block
+    # (the state every store of that block writes)
+    state_in_last_sub_block: bool = True
 
 
 @dataclass(frozen=True)
@@ -87,7 +96,8 @@ def _group_load(cfg: GroupConfig, g: Group, s: Scenario, num_external_tokens: in
         copies = tuple((p // factor, p % factor, p) for p in range(first_pending, num_gpu_blocks))
         if g.kind == "mamba":
             state = num_gpu_blocks * gpu_bs  # the end of GPU block num_gpu_blocks - 1
-    return GroupLoad(cfg.group_idx, blocks, state, copies), assertion
+    last_sub_block = num_gpu_blocks % factor == 0  # GPU block num_gpu_blocks - 1
+    return GroupLoad(cfg.group_idx, blocks, state, copies, last_sub_block), assertion
 
 
 def load_plan(layout: Layout, s: Scenario, num_external_tokens: int | None) -> LoadPlan:

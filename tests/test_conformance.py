@@ -1,0 +1,205 @@
+"""Differential tests: the Z3 encoding (``proofs/``) against ``model/`` on concrete
+scenarios — the hit and load plan, the violation formulas, ``valid_hit``, the
+precondition formulas and the start-up constraints — and sabotaged copies of the
+encoding that these tests must catch.
+
+The default suite runs a few derandomized examples; ``-m conformance`` (in ``.ci/run``)
+runs 2,000 and checks that they covered non-zero hits, EAGLE hits, loops of three or
+more passes and prefix caching off.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from model.evaluate import evaluate
+from model.layout import Refused, resolve_layout
+from model.maximality import is_valid_hit
+from model.scenario import Scenario
+from model.semantics import get_semantics
+from proofs import encoding
+from proofs.conformance import encode_scenario, precondition_holds, startup_holds
+from proofs.theorems import PRECONDITIONS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conformance_gen import conformance_scenarios  # noqa: E402
+
+MANY = 2000
+
+
+def _obs(s: Scenario, g: int) -> int:
+    return s.groups[g].gpu_block_size * s.context_parallel_size * s.block_size_factor
+
+
+def _precondition_in_model(name: str, s: Scenario) -> bool:
+    """Each precondition, written over the scenario in plain Python."""
+    sem = get_semantics(s.semantics)
+    sizes = [g.gpu_block_size * s.context_parallel_size for g in s.groups]
+    obs = [_obs(s, g) for g in range(len(s.groups))]
+    windows = [(g, x.sliding_window) for g, x in enumerate(s.groups)
+               if x.sliding_window is not None]
+    if name == "gpu-hit-aligned":
+        return s.num_computed_tokens % math.lcm(*sizes) == 0
+    if name == "gpu-hit-leaves-last-token":
+        return s.num_computed_tokens < s.num_tokens
+    if name == "gpu-hit-needs-prefix-caching":
+        return s.num_computed_tokens == 0 or (
+            s.enable_prefix_caching and not s.skip_reading_prefix_cache)
+    if name == "mamba-mode-not-all":
+        return all(g.mamba_cache_mode != "all" for g in s.groups)
+    if name == "align-divides-blocks":
+        align = resolve_layout(s, sem).mamba_align_size
+        return align is None or all(o % align == 0 for o in obs)
+    if name == "same-block-size":
+        return len(set(sizes)) == 1
+    if name == "window-whole-blocks":
+        return all(w % obs[g] == 0 for g, w in windows)
+    if name == "window-not-one-past-blocks":
+        return all((w - 1) % obs[g] != 0 for g, w in windows)
+    if name == "window-within-one-block":
+        return all(w <= obs[g] for g, w in windows)
+    if name == "factor-one":
+        return s.block_size_factor == 1
+    if name == "no-eagle":
+        return not (sem.eagle and any(g.eagle for g in s.groups))
+    if name == "nothing-deferred-or-loading":
+        return all(b > s.num_tokens // obs[g] for g, x in enumerate(s.groups)
+                   for b in x.deferred | x.being_loaded)
+    raise AssertionError(f"precondition {name!r} has no model-side definition here")
+
+
+def _conforms(s: Scenario, mod: ModuleType = encoding, seen: Counter[str] | None = None,
+              formulas: bool = True) -> None:
+    sem = get_semantics(s.semantics)
+    try:
+        resolve_layout(s, sem)
+        accepted = True
+    except Refused:
+        accepted = False
+    assert startup_holds(s, mod) == accepted, "start-up constraints differ from layout.py"
+    if not accepted:
+        return
+    o = evaluate(s)
+    if o.refused:  # a request no engine produces: the generator avoids these
+        return
+    assert o.layout is not None and o.lookup is not None or o.hit_tokens is not None
+    # the encoding runs the loop even where the connector answers before it (skip
+    # reading, in-flight transfers): unroll as many passes as the loop itself takes
+    plain = replace(s, skip_reading_prefix_cache=False, in_flight_transfers=False)
+    loop = evaluate(plain).lookup
+    assert loop is not None
+    windowed = bool(o.layout and o.layout.sliding_window_groups)
+    e = encode_scenario(s, passes=max(1, loop.passes), mod=mod, formulas=formulas and windowed)
+    assert e.unique, "the encoding leaves the hit open"
+    assert e.hit == o.hit_tokens, f"hit: encoding {e.hit} vs model {o.hit_tokens}"
+    if o.hit_tokens:
+        assert e.loads == {ld.group: (ld.blocks, ld.state_position) for ld in o.loads}
+    if formulas and windowed:
+        # the theorems' template always has windowed groups (valid_hit and the
+        # leaves-last-token violation assume the last token is recomputed)
+        model_violated = {v.invariant for v in o.violations}
+        assert e.violations == model_violated, "violation formulas differ from invariants.py"
+        assert o.layout is not None
+        top = s.num_tokens - s.num_computed_tokens
+        model_valid = {h for h in range(1, top + 1) if is_valid_hit(s, o.layout, sem, h)}
+        assert e.valid_hits == model_valid, "valid_hit differs from maximality.py"
+        for name in PRECONDITIONS:
+            assert precondition_holds(name, s) == _precondition_in_model(name, s), name
+    if seen is not None:
+        seen["examples"] += 1
+        seen["nonzero hit"] += bool(o.hit_tokens)
+        seen["EAGLE hit"] += bool(o.hit_tokens) and any("EAGLE" in st.note
+                                                        for st in loop.steps)
+        seen["3+ passes"] += loop.passes >= 3
+        seen["prefix caching off"] += not s.enable_prefix_caching
+        seen["formulas"] += windowed
+
+
+@settings(max_examples=30, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(conformance_scenarios())
+def test_encoding_conforms_to_model(s: Scenario) -> None:
+    _conforms(s)
+
+
+@pytest.mark.conformance
+def test_encoding_conforms_to_model_many() -> None:
+    seen: Counter[str] = Counter()
+
+    @settings(max_examples=MANY, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(conformance_scenarios())
+    def run(s: Scenario) -> None:
+        _conforms(s, seen=seen)
+
+    run()
+    print(dict(seen))
+    assert seen["examples"] >= MANY * 9 // 10, seen
+    for what in ("nonzero hit", "EAGLE hit", "3+ passes", "prefix caching off", "formulas"):
+        assert seen[what] >= 10, f"{what}: only {seen[what]} of {seen['examples']}"
+
+
+# --- sabotages: each must now make conformance fail -----------------------------------
+
+SABOTAGES = {
+    # scheduler.py:552: an unverified EAGLE group gives its volatile block back
+    "eagle-pop": ("popped = z3.If(unverified, r - 1, r)", "popped = r"),
+    # scheduler.py:568: a non-EAGLE group that tightens the hit clears eagle_verified
+    "eagle-verified-clear": ("verified = [z3.And(v, z3.Not(clear)) for v in verified]",
+                             "verified = list(verified)"),
+    # scheduler.py:574: tightening after a sliding-window group re-runs those groups
+    "sliding-window-rerun": (
+        "next_sw = z3.And(tightened, z3.Not(defer), st.looked, st.next == NEXT_NONE)",
+        "next_sw = z3.BoolVal(False)"),
+}
+
+
+def sabotaged(name: str) -> ModuleType:
+    """A copy of proofs/encoding.py with one step removed, loaded in-process."""
+    old, new = SABOTAGES[name]
+    source = Path(encoding.__file__).read_text()
+    assert source.count(old) == 1, f"sabotage {name}: the step is no longer written as {old!r}"
+    spec = importlib.util.spec_from_loader(f"sabotaged_{name.replace('-', '_')}", loader=None)
+    assert spec is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    try:
+        exec(compile(source.replace(old, new), f"<{name}>", "exec"), mod.__dict__)
+    finally:
+        del sys.modules[spec.name]
+    return mod
+
+
+def _finds_disagreement(mod: ModuleType, examples: int) -> bool:
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(conformance_scenarios())
+    def run(s: Scenario) -> None:
+        _conforms(s, mod, formulas=False)
+
+    try:
+        run()
+    except AssertionError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("name", sorted(SABOTAGES))
+def test_sabotaged_encoding_fails_conformance(name: str) -> None:
+    assert _finds_disagreement(sabotaged(name), 300)
+
+
+def test_unsabotaged_copy_conforms() -> None:
+    """The copy mechanism itself does not break conformance (the sabotage does)."""
+    source = Path(encoding.__file__).read_text()
+    for old, _ in SABOTAGES.values():
+        assert source.count(old) == 1
