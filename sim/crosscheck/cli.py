@@ -65,6 +65,11 @@ class Tally:
     deferred: int = 0
     zero: int = 0
     load_plans: int = 0
+    # load plans whose worker copies start inside an offloaded block (sub-block skip),
+    # and requests with output tokens or context parallelism
+    sub_block_plans: int = 0
+    resumed: int = 0
+    context_parallel: int = 0
 
     def line(self, label: str) -> str:
         speed = ""
@@ -73,7 +78,9 @@ class Tally:
             speed = f"; lookups/s real {r:,.0f} vs model {m:,.0f} (model {m / r:.1f}x)"
         return (f"vLLM {self.version} {label}: {self.agreed} agree "
                 f"({self.refused_both} refused by both, {self.hits} hits with "
-                f"{self.load_plans} load plans, {self.zero} zero, {self.deferred} deferred, "
+                f"{self.load_plans} load plans ({self.sub_block_plans} starting mid-block), "
+                f"{self.zero} zero, {self.deferred} deferred, {self.resumed} resumed, "
+                f"{self.context_parallel} with context parallelism, "
                 f"{self.preconditions} past a model precondition), "
                 f"{len(self.disagreements)} disagree{speed}")
 
@@ -103,6 +110,10 @@ def check_one(real: RealScheduler, s: Scenario, tally: Tally,
             tally.zero += hit == 0
             tally.hits += bool(hit)
             tally.load_plans += result.get("loads") is not None
+            tally.sub_block_plans += any(group and group[0][1] != 0
+                                         for group in result.get("copies") or [])
+            tally.resumed += s.output_tokens > 0
+            tally.context_parallel += s.context_parallel_size > 1
         if result.get("refused") is None and "t_lookup" in result and mv.seconds:
             tally.real_seconds += result["t_lookup"]
             tally.model_seconds += mv.seconds
