@@ -1,0 +1,5 @@
+import sys
+
+from sim.layouts.cli import main
+
+sys.exit(main())

@@ -1,0 +1,49 @@
+"""Run ``vllm_side/derive.py`` in a vLLM environment and return its rows (JSON)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from sim.crosscheck.envs import env_python
+
+SCRIPT = Path(__file__).resolve().parent / "vllm_side" / "derive.py"
+VERSIONS = ("0.33.0",)
+TIMEOUT_S = 900
+
+
+class DeriveError(RuntimeError):
+    """The vLLM-side script failed or produced rows this harness could not evaluate."""
+
+
+def derive(version: str) -> dict[str, Any]:
+    if version not in VERSIONS:
+        raise ValueError(f"--vllm: layouts are derived for {', '.join(VERSIONS)}, "
+                         f"not {version!r}")
+    python = env_python(version)
+    if not python.exists():
+        raise ValueError(f"--vllm: no environment for vLLM {version} at {python.parent.parent} "
+                         f"(python -m sim.crosscheck.envs --vllm {version}; "
+                         "CROSSCHECK_VENVS names the folder)")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONHASHSEED="0")
+    proc = subprocess.run([str(python), str(SCRIPT)], capture_output=True, text=True,
+                          env=env, timeout=TIMEOUT_S)
+    if proc.returncode != 0:
+        raise DeriveError(f"vllm_side/derive.py exited {proc.returncode}:\n"
+                          + proc.stderr[-4000:])
+    out: dict[str, Any] = json.loads(proc.stdout)
+    broken = [r for r in out["rows"] if r.get("status") == "harness_error"]
+    if broken:
+        raise DeriveError("rows the harness could not evaluate (not vLLM refusals):\n" + "\n".join(
+            f"  {r['model']}/{r['backend']}/{r['drafter']}: {r['refused_by']}: {r['error']}"
+            for r in broken))
+    if out.get("vllm") != version:
+        raise DeriveError(f"the environment runs vLLM {out.get('vllm')}, not {version}")
+    return out
+
+
+def dumps(table: dict[str, Any]) -> str:
+    return json.dumps(table, indent=1, sort_keys=True) + "\n"

@@ -1,0 +1,121 @@
+"""The findings' reproductions on the real vLLM 0.33.0 scheduler, in its own environment.
+
+Marked ``crosscheck``: run by ``.ci/run`` after ``python -m sim.crosscheck.envs --vllm
+0.33.0`` made (or reused) the environment.  Each reproduction is a file written for vLLM's
+``tests/v1/kv_connector/unit/`` (``docs/findings/vllm_tests/``); run as a script it prints
+what the real scheduler did as JSON, and this test asserts that it still shows the bug.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sim.crosscheck.envs import env_python
+
+pytestmark = pytest.mark.crosscheck
+
+ROOT = Path(__file__).resolve().parents[1]
+REPRO = ROOT / "docs" / "findings" / "vllm_tests" / "test_offloading_mamba_state_at_hit_end.py"
+
+
+def run_in_033(script: Path) -> dict[str, Any]:
+    python = env_python("0.33.0")
+    assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
+    proc = subprocess.run([str(python), str(script)], capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def wrong_states(result: dict[str, Any]) -> list[tuple[int, int]]:
+    """(hit end, token the restored Mamba state was saved at) for every wrong load."""
+    return [(load["serves"][1], load["state_at"]) for load in result["mamba_loads"]
+            if load["state_at"] != load["serves"][1]]
+
+
+def test_finding_001_reproductions_show_the_bug_on_real_033_scheduler() -> None:
+    result = run_in_033(REPRO)
+    connector, engine = result["connector"], result["engine_core"]
+    # the OffloadingConnectorScheduler with a store missing attention chunk 3
+    assert connector["hit"] == 48
+    assert wrong_states(connector) == [(48, 64)]
+    # the engine-core Scheduler with the real CPU tier: its LRU evicts A's tail,
+    # attention before Mamba at equal positions, while A is still running
+    assert engine["tier_after_A"] == [
+        "attn0@16", "attn1@32", "attn2@48", "attn3@64", "attn4@80", "attn5@96",
+        "mamba1@64", "mamba2@96"]
+    assert engine["tier_after_B_holds_of_A"] == ["attn0@16", "attn1@32", "attn2@48",
+                                                  "mamba1@64"]
+    assert engine["hit"] == 48
+    assert wrong_states(engine) == [(48, 64)]
+    # the sliding-window route (the layout vLLM makes for a Mamba2 hybrid with
+    # sliding-window attention on FlashInfer: Mamba group first, block 48; window
+    # group block 32): after A ends, one LRU eviction of A's window chunk ending at 192
+    sliding = result["engine_core_sliding"]
+    assert sliding["tier_after_A"] == ["attn0@32", "attn1@64", "attn2@96", "attn3@128",
+                                       "attn4@160", "attn5@192", "mamba3@192"]
+    assert sliding["tier_after_B_holds_of_A"] == sliding["tier_after_A"][:5] + ["mamba3@192"]
+    assert sliding["hit"] == 160
+    assert wrong_states(sliding) == [(160, 192)]
+
+
+SEARCH = ROOT / "sim" / "crosscheck" / "adapters" / "state_search_v033.py"
+
+
+def search_033(family: str, cases: int, seed: int) -> dict[str, Any]:
+    python = env_python("0.33.0")
+    assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
+    proc = subprocess.run([str(python), str(SEARCH), "--family", family, "--cases", str(cases),
+                           "--seed", str(seed)], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def test_reachable_layouts_restore_the_state_at_the_hit_end_on_real_033() -> None:
+    # scope: Mamba (align) block = cache_config.block_size, attention blocks 1x or 2x
+    # that, optional SWA / EAGLE groups, blocks_per_chunk 1-3, prefix_match_unit (partial
+    # tails), max_load_tokens, max_num_new_tokens, GPU prefix hits; random stores
+    result = search_033("reachable", 2000, 1)
+    assert result["violations"] == 0, result["examples"]
+    assert result["cases"] == 2000 and result["hits"] > 500 and result["partial_tail_hits"] > 0
+
+
+def test_search_finds_the_forced_layout_violation_on_real_033() -> None:
+    # the same checker finds finding 001 once the Mamba block is twice the attention block
+    result = search_033("forced", 400, 1)
+    assert result["violations"] > 0
+    assert all("no-partial-state" in ex for ex in result["examples"])
+
+
+FIX = ROOT / "sim" / "crosscheck" / "adapters" / "fix_check_v033.py"
+
+
+def test_proposed_fix_restores_the_state_at_the_hit_end_on_real_033() -> None:
+    # docs/findings/001-fix.diff applied to the real 0.33.0 method in the 0.33.0 env
+    python = env_python("0.33.0")
+    assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
+    proc = subprocess.run([str(python), str(FIX), "--check", "--cases", "300"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout)
+    for name in ("connector", "engine_core", "engine_core_sliding"):
+        assert wrong_states(result[name]) == [], result[name]
+    assert result["connector"]["hit"] == 32  # the Mamba chunk ending at 32 is stored
+    for name in ("search_forced", "search_reachable"):
+        assert result[name]["violations"] == 0 and result[name]["hits"] > 50, result[name]
+    # the same cases on the unfixed method: the forced family breaks, and where every
+    # chunk is a multiple of the Mamba chunk the fix loses no hit token
+    assert result["unfixed_search_forced"]["violations"] > 0
+    assert (result["unfixed_search_reachable"]["hit_tokens"]
+            == result["search_reachable"]["hit_tokens"])
+    assert (ROOT / "docs" / "findings" / "001-fix.diff").read_text() == subprocess.run(
+        [str(python), str(FIX), "--diff"], capture_output=True, text=True, timeout=300,
+        cwd=ROOT).stdout
