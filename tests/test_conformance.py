@@ -124,7 +124,7 @@ def _conforms(s: Scenario, mod: ModuleType = encoding, seen: Counter[str] | None
         seen["formulas"] += windowed
 
 
-@settings(max_examples=30, deadline=None, database=None, derandomize=True,
+@settings(max_examples=10, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(conformance_scenarios())
 def test_encoding_conforms_to_model(s: Scenario) -> None:
