@@ -67,6 +67,12 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "prefix_defer": (SCHED, 331),
         "mamba_all_default": (MODELCFG, 353),
         "mamba_block_size_default": (MODELCFG, 386),
+        "gpu_hit_none": (KVM, 212),
+        "hybrid_no_cp": (UTILS, 620),
+        "num_tokens": (SCHED, 397),
+        "load_block_indices": (SCHED, 639),
+        "worker_skip": (WORKER, 321),
+        "sub_block_ptrs": (WORKER, 123),
     },
     "0.24.0": {
         "sw_window_positive": (SCHED, 97),
@@ -127,6 +133,12 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "prefix_defer": (SCHED, 396),
         "mamba_all_default": (MODELCFG, 420),
         "mamba_block_size_default": (MODELCFG, 453),
+        "gpu_hit_none": (KVM, 218),
+        "hybrid_no_cp": (UTILS, 634),
+        "num_tokens": (SCHED, 462),
+        "load_block_indices": (SCHED, 749),
+        "worker_skip": (WORKER, 321),
+        "sub_block_ptrs": (WORKER, 123),
     },
     "0.33.0": {
         # start-up (offloading/config.py, kv_cache_utils.py, scheduler.py from_spec/__init__)

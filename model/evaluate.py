@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from model import layout_v033, load_v033, lookup_v033
 from model.citations import cite
 from model.invariants import AnyLayout, Violation, check_all
-from model.layout import Refused, check_request, resolve_layout
+from model.layout import Layout, Refused, check_request, resolve_layout
 from model.load_plan import GroupLoad, load_plan
 from model.lookup import LookupResult, get_num_new_matched_tokens
+from model.maximality import is_valid_hit
 from model.scenario import Scenario, ScenarioError
 from model.semantics import Semantics, get_semantics
 
@@ -54,6 +55,8 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
     res = get_num_new_matched_tokens(layout, s, sem)
     plan = load_plan(layout, s, res.num_hit_tokens)
     violations = check_all(s, layout, res.num_hit_tokens, plan)
+    if s.valid_hit is not None and res.num_hit_tokens is not None:
+        violations += _maximality_claim(s, layout, sem, res.num_hit_tokens)
     assertion = plan.assertion
     if s.in_flight_transfers and res.num_hit_tokens and not sem.in_flight_check:
         # 0.23.0 looks up a request whose transfers are still in flight, then its load
@@ -69,6 +72,10 @@ MAX_V033_HASHES = 1_000_000
 
 def _evaluate_v033(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
     """vLLM 0.33.0: start-up (layout_v033), lookup (lookup_v033), load (load_v033)."""
+    for name, unset in (("output_tokens", 0), ("context_parallel_size", 1), ("valid_hit", None)):
+        if getattr(s, name) != unset:
+            raise ScenarioError(f"{name}: not modelled for {sem.name} (the vllm-0.33.0 "
+                                "model covers new requests without context parallelism)")
     try:
         layout = layout_v033.resolve_layout(s)
         if s.prompt_tokens // layout.tokens_per_hash > MAX_V033_HASHES:
@@ -86,3 +93,15 @@ def _evaluate_v033(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
     violations = check_all(s, layout, res.num_hit_tokens, plan)
     return Outcome(sem.name, None, res.num_hit_tokens, plan.loads, tuple(violations),
                    res, layout, plan.assertion, boundary)
+
+
+def _maximality_claim(s: Scenario, layout: Layout, sem: Semantics, hit: int) -> list[Violation]:
+    """The file's ``valid_hit``: a valid hit above the lookup's is a maximality violation;
+    a claimed hit that is not valid is bad input."""
+    if not is_valid_hit(s, layout, sem, s.valid_hit or 0):
+        raise ScenarioError(f"valid_hit: {s.valid_hit} is not a valid hit for this scenario "
+                            f"under {sem.name} (model/maximality.py)")
+    if s.valid_hit is not None and s.valid_hit > hit:
+        return [Violation("maximality",
+                          f"not maximal: hit {hit}, a valid hit of {s.valid_hit} exists")]
+    return []

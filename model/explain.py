@@ -30,7 +30,7 @@ def _cell(g: Group, b: int) -> str:
 def token_line(s: Scenario, o: Outcome) -> list[str]:
     """Text picture: the token line, each group's offloaded blocks, the hit, the state."""
     factor = s.block_size_factor
-    T = s.prompt_tokens
+    T = s.num_tokens
     scale = max(1, cdiv(T, WIDTH))
     cols = cdiv(T, scale)
     lines = [f"one column = {scale} token(s); # stored  . missing  ? deferred  L being loaded"]
@@ -51,7 +51,7 @@ def token_line(s: Scenario, o: Outcome) -> list[str]:
     lines.append(f"{'prompt (g=GPU hit, H=hit)':<{pad}}" + "".join(marks) + "|")
     loads = {load.group: load for load in o.loads}
     for i, g in enumerate(s.groups):
-        obs = g.gpu_block_size * factor
+        obs = g.gpu_block_size * s.context_parallel_size * factor
         row = []
         for c in range(cols):
             b = (c * scale) // obs
@@ -78,6 +78,9 @@ def explain(s: Scenario, o: Outcome) -> str:
     out = [f"semantics {sem.name}: {sem.summary}"]
     out.append(f"prompt {s.prompt_tokens} tokens, GPU prefix hit {s.num_computed_tokens}, "
                f"block_size_factor {s.block_size_factor}")
+    if s.output_tokens or s.context_parallel_size != 1:
+        out.append(f"resumed request: {s.output_tokens} output tokens (num_tokens "
+                   f"{s.num_tokens}); context_parallel_size {s.context_parallel_size}")
     if o.refused:
         out.append(o.refused)
         return "\n".join(out)
@@ -141,7 +144,7 @@ def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "",
     from matplotlib.patches import Patch, Rectangle
     from matplotlib.ticker import MaxNLocator
 
-    T = s.prompt_tokens
+    T = s.num_tokens
     n = len(s.groups)
     c = s.num_computed_tokens
     width = max(7.5, min(16.0, 4 + T / 6))
@@ -182,7 +185,7 @@ def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "",
     loads = {load.group: load for load in o.loads}
     for i, g in enumerate(s.groups):
         y = n - 1 - i
-        obs = g.gpu_block_size * s.block_size_factor
+        obs = g.gpu_block_size * s.context_parallel_size * s.block_size_factor
         for b in range(T // obs):
             cell = _cell(g, b)
             ax.add_patch(Rectangle((b * obs, y), obs, 0.6, facecolor=COLORS[cell],

@@ -3,7 +3,8 @@
 Numbered as in the reviewers' spec (docs/spec.md):
   I1 no-partial-state   a restored Mamba state sits exactly where the hit ends, whether
                         it comes from a whole offloaded block (chunk) or, on vLLM 0.33.0,
-                        from a partial-tail key
+                        from a partial-tail key (and is one the store surely holds: its
+                        offloaded block's last sub-block)
   I2 loads-stored-only  the load reads only blocks (0.33.0: keys) the store holds, ready
   I3 leaves-last-token  with sliding-window or Mamba groups the last prompt token is recomputed
   I4 whole-blocks       a non-zero hit covers at least one offloaded block of every group
@@ -49,11 +50,24 @@ def no_partial_state(s: Scenario, layout: AnyLayout, hit: int, plan: LoadPlan) -
     out = []
     for load in plan.loads:
         g = s.groups[load.group]
-        if g.restores_state and load.state_position is not None and load.state_position != end:
+        if not g.restores_state or load.state_position is None:
+            continue
+        if load.state_position != end:
             out.append(Violation(
                 "no-partial-state",
                 f"group {load.group} (Mamba {g.mamba_cache_mode}) loads the state saved at "
                 f"token {load.state_position}{source} but the hit ends at token {end}",
+            ))
+        elif not load.state_in_last_sub_block:
+            assert load.last_copy is not None
+            blk, sub, _ = load.last_copy
+            out.append(Violation(
+                "no-partial-state",
+                f"group {load.group} (Mamba {g.mamba_cache_mode}) restores sub-block {sub} of "
+                f"offloaded block {blk}: it holds the state at token {end} only if a prefill "
+                "chunk ended there when the block was stored (scheduler.py:960 stores only "
+                "GPU blocks still held); the store surely holds only the state at the "
+                "block's end",
             ))
     return out
 
@@ -96,10 +110,10 @@ def _unit(layout: AnyLayout) -> str:
 
 def leaves_last_token(s: Scenario, layout: AnyLayout, hit: int, plan: LoadPlan) -> list[Violation]:
     end = s.num_computed_tokens + hit
-    if hit and layout.sliding_window_groups and end > s.prompt_tokens - 1:
+    if hit and layout.sliding_window_groups and end > s.num_tokens - 1:
         return [Violation(
             "leaves-last-token",
-            f"the hit ends at token {end} of {s.prompt_tokens}: the last prompt token is not "
+            f"the hit ends at token {end} of {s.num_tokens}: the last token is not "
             "recomputed although sliding-window or Mamba groups need it",
         )]
     return []

@@ -57,13 +57,25 @@ class Layout:
     mamba_align_size: int | None
 
 
+def gpu_block_sizes(s: Scenario) -> list[int]:
+    """The offloading spec's ``gpu_block_size`` per group: the group's block size times
+    the context-parallel factor (v1/kv_offload/base.py:481 (408))."""
+    return [g.gpu_block_size * s.context_parallel_size for g in s.groups]
+
+
 def resolve_hash_block_size(s: Scenario, version: str) -> int:
     """``resolve_kv_cache_block_sizes``' hash block size, for a connector-enabled engine."""
     sizes = [g.gpu_block_size for g in s.groups]
     # the engine sets cache_config.block_size to the smallest group block size
     cache_block_size = min(sizes)  # v1/engine/core.py:309
-    if len(sizes) <= 1:  # kv_cache_utils.py:630 (single group: the block size itself)
-        return cache_block_size
+    if len(sizes) <= 1:  # kv_cache_utils.py:630 (single group: block size * dcp * pcp)
+        return cache_block_size * s.context_parallel_size
+    if s.context_parallel_size != 1:  # kv_cache_utils.py:634 (620)
+        raise Refused(
+            cite(version, "hybrid_no_cp"),
+            f"context_parallel_size {s.context_parallel_size} with {len(sizes)} KV-cache "
+            "groups: hybrid layouts do not support context parallelism",
+        )
     # kv_cache_utils.py:655: a Mamba group whose block size differs from the cache block
     # size backs the hash block size off to the scheduler block size (the lcm)
     if any(g.kind == "mamba" and g.gpu_block_size != cache_block_size for g in s.groups):
@@ -102,27 +114,30 @@ def _mamba_align_size(s: Scenario, sem: Semantics) -> int | None:
             )
         return s.mamba_block_size
     # resolve_mamba_align_size (scheduler.py:108): every align group's offloaded size
-    sizes = {g.gpu_block_size * s.block_size_factor for g in align_groups}
+    cp = s.context_parallel_size
+    sizes = {g.gpu_block_size * cp * s.block_size_factor for g in align_groups}
     if sem.align_assert and len(sizes) > 1:
         raise Refused(
             cite(sem.base_version, "mamba_align_assert"),
             f"Mamba align groups disagree on the offloaded block size {sorted(sizes)}",
         )
-    return align_groups[-1].gpu_block_size * s.block_size_factor  # the last one, as vLLM
+    # the last one, as vLLM
+    return align_groups[-1].gpu_block_size * cp * s.block_size_factor
 
 
 def resolve_layout(s: Scenario, sem: Semantics) -> Layout:
     """Build the layout the release's start-up code builds, or raise ``Refused``."""
     version = sem.base_version
     hash_block_size = resolve_hash_block_size(s, version)
-    for g in s.groups:  # base.py:493
-        if g.gpu_block_size % hash_block_size:
+    gpu_sizes = gpu_block_sizes(s)
+    for bs in gpu_sizes:  # base.py:493
+        if bs % hash_block_size:
             raise Refused(
                 cite(version, "hash_divides"),
-                f"gpu_block_size {g.gpu_block_size} is not divisible by hash_block_size "
+                f"gpu_block_size {bs} is not divisible by hash_block_size "
                 f"{hash_block_size}",
             )
-    if s.block_size_factor != 1 and len({g.gpu_block_size for g in s.groups}) != 1:
+    if s.block_size_factor != 1 and len(set(gpu_sizes)) != 1:
         # base.py:507: an offloaded 'block_size' needs one GPU block size for all groups
         raise Refused(
             cite(version, "same_block_size"),
@@ -130,13 +145,13 @@ def resolve_layout(s: Scenario, sem: Semantics) -> Layout:
         )
     factor = s.block_size_factor
     groups = []
-    for i, g in enumerate(s.groups):
-        obs = g.gpu_block_size * factor
+    for i, (g, bs) in enumerate(zip(s.groups, gpu_sizes, strict=True)):
+        obs = bs * factor
         groups.append(
             GroupConfig(
                 group_idx=i,
                 kind=g.kind,
-                gpu_block_size=g.gpu_block_size,
+                gpu_block_size=bs,
                 offloaded_block_size=obs,
                 hash_block_size_factor=obs // hash_block_size,
                 sliding_window_size_in_blocks=_window_in_blocks(g.kind, g.sliding_window, obs),
@@ -160,17 +175,27 @@ def resolve_layout(s: Scenario, sem: Semantics) -> Layout:
 
 def check_request(s: Scenario, version: str) -> None:
     """Refuse requests a real engine cannot produce (the GPU prefix hit's shape)."""
-    sizes = [g.gpu_block_size for g in s.groups]
-    scheduler_block_size = math.lcm(*sizes)
+    # the scheduler block size: one group's block size * dcp * pcp, else the lcm
+    # (kv_cache_utils.py:630, 641); a multi-group layout with cp > 1 is refused before
+    scheduler_block_size = math.lcm(*gpu_block_sizes(s))
+    if s.num_computed_tokens and (
+            not s.enable_prefix_caching or s.skip_reading_prefix_cache):
+        # get_computed_blocks finds no GPU hit without prefix caching, or for a request
+        # that skips reading the cache (kv_cache_manager.py:218 (212))
+        raise Refused(
+            cite(version, "gpu_hit_none"),
+            f"num_computed_tokens {s.num_computed_tokens} must be 0: there is no GPU prefix "
+            "hit with enable_prefix_caching off or skip_reading_prefix_cache on",
+        )
     if s.num_computed_tokens % scheduler_block_size:
         raise Refused(
             cite(version, "hash_lcm"),
             f"num_computed_tokens {s.num_computed_tokens} is not a multiple of the scheduler "
             f"block size {scheduler_block_size}: GPU prefix-cache hits are aligned to it",
         )
-    if s.num_computed_tokens >= s.prompt_tokens:
+    if s.num_computed_tokens >= s.num_tokens:
         raise Refused(
             cite(version, "gpu_hit_cap"),
-            f"num_computed_tokens {s.num_computed_tokens} must be < prompt_tokens "
-            f"{s.prompt_tokens}: the GPU prefix hit always leaves the last prompt token",
+            f"num_computed_tokens {s.num_computed_tokens} must be < num_tokens "
+            f"{s.num_tokens}: the GPU prefix hit always leaves the last token",
         )

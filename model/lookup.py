@@ -132,7 +132,7 @@ def lookup(layout: Layout, s: Scenario, sem: Semantics) -> LookupResult:
     """``_lookup`` (scheduler.py:452 (387)) on the scenario's request and store."""
     mgr = _Manager(s.groups)
     steps: list[Step] = []
-    num_tokens = s.prompt_tokens
+    num_tokens = s.num_tokens  # request.num_tokens: prompt plus output (scheduler.py:462)
     num_computed_tokens = s.num_computed_tokens
     max_hit_size_tokens = num_tokens
     if layout.sliding_window_groups:

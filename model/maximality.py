@@ -16,14 +16,14 @@ from model.semantics import Semantics
 
 
 def is_valid_hit(s: Scenario, layout: Layout, sem: Semantics, hit: int) -> bool:
-    if hit <= 0 or s.num_computed_tokens + hit > s.prompt_tokens:
+    if hit <= 0 or s.num_computed_tokens + hit > s.num_tokens:
         return False
     if (sem.skip_reading_check and s.skip_reading_prefix_cache) or (
         sem.in_flight_check and s.in_flight_transfers
     ):
         return False
     end = s.num_computed_tokens + hit
-    if any(cdiv(end, c.offloaded_block_size) > s.prompt_tokens // c.offloaded_block_size
+    if any(cdiv(end, c.offloaded_block_size) > s.num_tokens // c.offloaded_block_size
            for c in layout.groups):
         return False  # the request has no key for a block it would load
     plan = load_plan(layout, s, hit)
@@ -42,7 +42,7 @@ def larger_valid_hit(s: Scenario, layout: Layout, sem: Semantics, hit: int | Non
     """The largest valid hit above ``hit`` (None if there is none, or the lookup deferred)."""
     if hit is None:
         return None
-    for h in range(s.prompt_tokens - s.num_computed_tokens, hit, -1):
+    for h in range(s.num_tokens - s.num_computed_tokens, hit, -1):
         if is_valid_hit(s, layout, sem, h):
             return h
     return None

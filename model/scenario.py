@@ -108,8 +108,22 @@ class Scenario:
     blocks_per_chunk: int | None = None
     max_num_new_tokens: int | None = None
     max_load_tokens: int | None = None
+    # a resumed or preempted request's output tokens: vLLM's lookup reads
+    # request.num_tokens, prompt plus output (scheduler.py:462 (397), v1/request.py:247)
+    output_tokens: int = 0
+    # decode_context_parallel_size * prefill_context_parallel_size: the offloading
+    # gpu_block_size is the group's block size times it (v1/kv_offload/base.py:481 (408))
+    context_parallel_size: int = 1
+    # a hit the file claims is valid and larger than the lookup's (maximality
+    # counterexamples); ``python -m model lookup`` checks the claim
+    valid_hit: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
     expect: Expect | None = field(default=None, compare=False)
+
+    @property
+    def num_tokens(self) -> int:
+        """``request.num_tokens``: the prompt plus any output tokens (resumed request)."""
+        return self.prompt_tokens + self.output_tokens
 
     def with_semantics(self, name: str) -> Scenario:
         from dataclasses import replace
@@ -150,6 +164,14 @@ TOP_FIELDS: tuple[Field, ...] = (
     Field("blocks_per_chunk", "int", None, minimum=1),
     Field("max_num_new_tokens", "int", None, minimum=0),
     Field("max_load_tokens", "int", None, minimum=0),
+    # a resumed request's output tokens (its lookup reads request.num_tokens)
+    Field("output_tokens", "int", 0, minimum=0),
+    # decode_context_parallel_size * prefill_context_parallel_size: each a share of the
+    # deployment's GPUs
+    Field("context_parallel_size", "int", 1, minimum=1, maximum=4096,
+          why="more GPUs than one vLLM deployment spans"),
+    # a maximality counterexample's claimed valid hit (checked by the model)
+    Field("valid_hit", "int", None, minimum=1),
     Field("description", "str", None),
     Field("expect", "any", None),
 )
@@ -305,12 +327,13 @@ def parse_scenario(raw: Any, semantics: str | None = None) -> Scenario:
         raise ScenarioError(f"groups: at most {MAX_GROUPS} groups (a group holds at least one "
                             f"layer; no model vLLM serves has more), got {len(groups_raw):,}")
     factor, prompt = top["block_size_factor"], top["prompt_tokens"]
+    tokens = prompt + top["output_tokens"]  # request.num_tokens: what the lookup reads
     return Scenario(
         semantics=top["semantics"],
         block_size_factor=factor,
         prompt_tokens=prompt,
         num_computed_tokens=top["num_computed_tokens"],
-        groups=tuple(_group(g, i, factor, prompt) for i, g in enumerate(groups_raw)),
+        groups=tuple(_group(g, i, factor, tokens) for i, g in enumerate(groups_raw)),
         enable_prefix_caching=top["enable_prefix_caching"],
         skip_reading_prefix_cache=top["skip_reading_prefix_cache"],
         in_flight_transfers=top["in_flight_transfers"],
@@ -319,6 +342,9 @@ def parse_scenario(raw: Any, semantics: str | None = None) -> Scenario:
         blocks_per_chunk=top["blocks_per_chunk"],
         max_num_new_tokens=top["max_num_new_tokens"],
         max_load_tokens=top["max_load_tokens"],
+        output_tokens=top["output_tokens"],
+        context_parallel_size=top["context_parallel_size"],
+        valid_hit=top["valid_hit"],
         extra={k: raw[k] for k in ("description", "expect") if k in raw},
         expect=_expect(top["expect"]),
     )
@@ -445,6 +471,12 @@ def scenario_to_json(s: Scenario) -> dict[str, Any]:
     for name in ("blocks_per_chunk", "max_num_new_tokens", "max_load_tokens"):
         if getattr(s, name) is not None:
             out[name] = getattr(s, name)
+    if s.output_tokens:
+        out["output_tokens"] = s.output_tokens
+    if s.context_parallel_size != 1:
+        out["context_parallel_size"] = s.context_parallel_size
+    if s.valid_hit is not None:
+        out["valid_hit"] = s.valid_hit
     return out
 
 

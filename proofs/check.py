@@ -47,6 +47,7 @@ from proofs.encoding import (
 from proofs.layers import CASES, KINDS, alignment_queries, final_query, lemma_queries
 from proofs.theorems import (
     PRECONDITIONS,
+    RUNTIME,
     TEMPLATE,
     THEOREMS,
     Context,
@@ -152,10 +153,13 @@ def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
     final step for a group of each kind."""
     maximal = thm.name == "maximality"
     quiet = "nothing-deferred-or-loading" in assumed
+    # the cut "the hit ends on a Mamba alignment boundary" holds where the max hit is
+    # rounded (align_at max_hit); alt-round-num-hit rounds the hit itself after the loop
+    aligned = thm.aligned and sem.align_at == "max_hit"
     queries = lemma_queries(sem, assumed, maximal)
     for name, q in obligations(maximal, quiet):
         queries.append((name, partial(_ready, q)))
-    if thm.aligned:
+    if aligned:
         queries += alignment_queries(sem, assumed)
     for kind in KINDS:
         if thm.containment:
@@ -173,11 +177,11 @@ def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
                     queries.append((
                         f"property from the summary ({kind}, hit ends at {case}, case {sub})",
                         partial(final_query, sem, assumed, _violation_fn(thm), maximal,
-                                kind, thm.uses_store, thm.aligned, case, sub)))
+                                kind, thm.uses_store, aligned, case, sub)))
         elif thm.name != "termination":
             queries.append((f"property from the summary ({kind})", partial(
                 final_query, sem, assumed, _violation_fn(thm), maximal, kind,
-                thm.uses_store, thm.aligned)))
+                thm.uses_store, aligned)))
     return queries
 
 
@@ -327,54 +331,94 @@ def scenario_from_model(m: z3.ModelRef, cfg: Config, sem: Semantics) -> dict[str
 
 
 def replay(thm: Theorem, scenario: dict[str, Any], assumed: Sequence[str]) -> str | None:
-    """None if ``model/`` shows the same failure, else why not (an encoding bug)."""
+    """None if ``model/`` shows the same failure, else why not (an encoding bug). The
+    model enforces the engine's request rules: the search only produces such requests."""
     s = parse_scenario(scenario)
-    enforce = all(r in assumed for r in ("gpu-hit-aligned", "gpu-hit-leaves-last-token"))
-    o = evaluate(s, enforce=enforce)
+    o = evaluate(s)
     if o.refused:
         return f"model refuses it: {o.refused}"
-    if thm.name == "maximality":
-        assert isinstance(o.layout, Layout)  # the Z3 encoding covers SEMANTICS only
-        better = larger_valid_hit(s, o.layout, get_semantics(s.semantics), o.hit_tokens)
-        return None if better is not None else f"model finds no valid hit above {o.hit_tokens}"
     if thm.name in {v.invariant for v in o.violations}:
         return None
     return f"model gives hit {o.hit_tokens} with violations {[v.invariant for v in o.violations]}"
 
 
-def _simplify(solver: z3.Solver, cfg: Config, bound: int, deadline: float) -> None:
-    """Prefer a plain scenario: every block stored, nothing deferred or loading, no EAGLE,
-    default flags. Each preference is kept only if a counterexample remains."""
-    blocks = [z3.IntVal(i) for i in range(bound)]
-    prefs: list[z3.BoolRef] = [
-        z3.And([z3.Not(s.loading(i)) for s in cfg.stores for i in blocks]),
-        z3.And([z3.Not(s.deferred(i)) for s in cfg.stores for i in blocks]),
-        z3.And([z3.Not(e) for e in cfg.eagle]),
-        z3.And(cfg.prefix_caching, z3.Not(cfg.skip_reading), z3.Not(cfg.in_flight)),
-        z3.And([s.stored(i) for s in cfg.stores for i in blocks]),
-        cfg.computed == 0,
-    ]
-    prefs += [s.stored(i) for s in cfg.stores for i in blocks]
-    for pref in prefs:
-        left = int((deadline - time.monotonic()) * 1000)
-        if left <= 0:
-            return
-        solver.push()
-        solver.add(pref)
-        solver.set("timeout", left)
-        if solver.check() == z3.sat:
-            continue  # keep the preference (stay pushed)
-        solver.pop()
-    solver.set("timeout", 10_000)
-    solver.check()
+class _Undecided(Exception):
+    """A pinning query came back unknown: the minimum is not established."""
+
+
+PIN_MS = 20_000
+
+
+def _check(solver: z3.Solver, extra: z3.BoolRef) -> bool:
+    solver.push()
+    solver.add(extra)
+    solver.set("timeout", PIN_MS)
+    res = solver.check()
+    solver.pop()
+    if res == z3.unknown:
+        raise _Undecided(str(extra))
+    return bool(res == z3.sat)
+
+
+def _smallest(solver: z3.Solver, x: z3.ArithRef, lo: int) -> None:
+    """Pin ``x`` to its smallest value (>= lo) that keeps a counterexample."""
+    assert solver.check() == z3.sat
+    hi = _int(solver.model(), x)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _check(solver, x <= mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    solver.add(x == hi)
+
+
+def _prefer(solver: z3.Solver, b: z3.BoolRef) -> None:
+    solver.add(b if _check(solver, b) else z3.Not(b))
+
+
+def _pin(solver: z3.Solver, cfg: Config, sem: Semantics, nblocks: Sequence[int]) -> None:
+    """With the prompt and block sizes fixed, fix every other field the scenario file
+    records, in a total order, each to its least value that keeps a counterexample:
+    num_computed_tokens, then each sliding window, the Mamba block size (read by
+    alt-cache-config-block-size), the Mamba modes (none < align < all), then the flags
+    (no EAGLE, prefix caching on, no skip, nothing in flight) and the store, block by
+    block (not loading, not deferred, stored). The result is the same on every run."""
+    _smallest(solver, cfg.computed, 0)
+    for w in cfg.window:
+        if w is not None:
+            _smallest(solver, w, 1)
+    if sem.align_from == "cache_config":
+        _smallest(solver, cfg.mamba_block_size, 1)
+    for m in cfg.mode:
+        if m is not None:
+            _smallest(solver, m, MODES["none"])
+    for e in cfg.eagle:
+        _prefer(solver, z3.Not(e))
+    _prefer(solver, cfg.prefix_caching)
+    _prefer(solver, z3.Not(cfg.skip_reading))
+    _prefer(solver, z3.Not(cfg.in_flight))
+    for st, n in zip(cfg.stores, nblocks, strict=True):
+        for i in map(z3.IntVal, range(n)):
+            _prefer(solver, z3.Not(st.loading(i)))
+            _prefer(solver, z3.Not(st.deferred(i)))
+            _prefer(solver, st.stored(i))
+    solver.set("timeout", PIN_MS)
+    if solver.check() != z3.sat:
+        raise _Undecided("pinned counterexample")
 
 
 def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int,
                    sizes: Sequence[Sizes] | None = None) -> Verdict:
-    """Search small layouts for the smallest prompt that breaks ``thm``, then shrink the
-    rest, replay through model/. COUNTEREXAMPLE only when the model reproduces it."""
+    """The least counterexample to ``thm`` among requests the release's engine can
+    produce (its start-up checks and request rules, ``RUNTIME``, are constraints of the
+    search), under a total order: smallest prompt, then block sizes (``size_space``'s
+    order), then the rest (``_pin``). Replayed through model/: COUNTEREXAMPLE only when
+    the model reproduces it. A maximality counterexample carries the largest valid hit
+    the model finds (``valid_hit``)."""
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
+    assumed = tuple(dict.fromkeys((*RUNTIME, *assumed)))
     best: tuple[int, Sizes, int] | None = None
     unknown = False
     for passes in range(1, BMC_PASSES + 1):  # most counterexamples need one pass
@@ -384,8 +428,9 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
                 unknown = True
                 break
             hi = best[0] - 1 if best else None
-            res, p, solver = bmc(thm, sem, assumed, left, passes, sizes=layout, extra=(
-                None if hi is None else partial(_prompt_at_most, hi)))
+            res, p, solver = bmc(thm, sem, assumed, min(left, 4 * PIN_MS), passes,
+                                 sizes=layout,
+                                 extra=None if hi is None else partial(_prompt_at_most, hi))
             if res == z3.unknown:
                 unknown = True
             if solver is None:
@@ -394,11 +439,12 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
             lo = 1
             while lo < found:  # binary search for this layout's smallest prompt
                 mid = (lo + found) // 2
-                res, p, solver = bmc(thm, sem, assumed, 20_000, passes, sizes=layout,
+                res, p, solver = bmc(thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout,
                                      extra=partial(_prompt_at_most, mid))
                 if solver is not None:
                     found = _int(solver.model(), p.cfg.prompt)
                 else:
+                    unknown |= res == z3.unknown
                     lo = mid + 1
             best = (found, layout, passes)
         if best is not None:
@@ -407,14 +453,30 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
         why = "solver returned unknown" if unknown else "none found"
         return Verdict("UNKNOWN", time.monotonic() - t0,
                        note=f"no proof, and no counterexample ({why}) within {BMC_PASSES} "
-                            f"passes, {BMC_BLOCKS} blocks per group and small block sizes")
+                            f"passes, {BMC_BLOCKS} blocks per group and small block sizes, "
+                            "among requests the engine can produce")
     prompt, layout, passes = best
-    res, p, solver = bmc(thm, sem, assumed, 30_000, passes, sizes=layout,
+    res, p, solver = bmc(thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout,
                          extra=lambda c: [c.prompt == prompt])
     if solver is None:
         return Verdict("UNKNOWN", time.monotonic() - t0, note="counterexample lost on re-solve")
-    _simplify(solver, p.cfg, BMC_BLOCKS, time.monotonic() + 20)
+    nblocks = [prompt // (b * layout[1]) for b in layout[0]]
+    try:
+        _pin(solver, p.cfg, sem, nblocks)
+    except _Undecided as e:
+        return Verdict("UNKNOWN", time.monotonic() - t0,
+                       note=f"counterexample found, but its minimum is undecided ({e})")
     scen = scenario_from_model(solver.model(), p.cfg, sem)
+    if thm.name == "maximality":
+        s = parse_scenario(scen)
+        o = evaluate(s)
+        better = None
+        if o.refused is None and isinstance(o.layout, Layout):  # Z3 covers SEMANTICS only
+            better = larger_valid_hit(s, o.layout, get_semantics(s.semantics), o.hit_tokens)
+        if better is None:
+            return Verdict("UNKNOWN", time.monotonic() - t0, scen,
+                           note=f"model finds no valid hit above {o.hit_tokens}: encoding bug")
+        scen["valid_hit"] = better
     mismatch = replay(thm, scen, assumed)
     if mismatch is not None:
         return Verdict("UNKNOWN", time.monotonic() - t0, scen,
@@ -431,6 +493,8 @@ def check(thm_name: str, sem_name: str, timeout_ms: int = 30_000,
     for a in assumed:
         if a not in PRECONDITIONS:
             raise ValueError(f"precondition: unknown name {a!r}")
+    # every result is about requests the engine can produce
+    assumed = tuple(dict.fromkeys((*RUNTIME, *assumed)))
     t0 = time.monotonic()
     # at most half the time for the proof: an obligation Z3 cannot settle must leave the
     # counterexample search its share

@@ -1,32 +1,30 @@
 """Pinning the Z3 encoding to ``model/``: every symbol fixed to a concrete scenario.
 
 ``encode_scenario`` builds the exact encoding with every size, flag and store predicate
-fixed to the scenario's values and asks Z3 for the (unique) hit and load plan, which a
-test compares with ``model.evaluate``. A difference is a bug in the encoding.
+fixed to the scenario's values and asks Z3 for the (unique) hit and load plan, the
+violation formulas that hold, the valid hits (``valid_hit``), the start-up verdict and
+the precondition formulas that hold; ``tests/test_conformance.py`` compares each with
+``model/``. A difference is a bug in the encoding. ``mod`` names the encoding module, so
+that a test can hand in a sabotaged copy and see the comparison fail.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from types import ModuleType
 
 import z3
 
 from model.scenario import Scenario
 from model.semantics import get_semantics
+from proofs import encoding as encoding_module
 from proofs.encoding import (
     MODES,
     Config,
     Enc,
     Store,
     derive,
-    finished,
-    initial_state,
-    load_plan,
-    next_pass,
-    result_of,
-    run_pass,
-    select,
 )
 
 
@@ -37,11 +35,14 @@ def _member(blocks: frozenset[int] | None, i: z3.ArithRef) -> z3.BoolRef:
 
 
 def concrete_config(s: Scenario) -> Config:
+    """The encoding's configuration for ``s``: its ``prompt`` is request.num_tokens and
+    its block sizes the offloading spec's (times the context-parallel factor)."""
+    cp = s.context_parallel_size
     return Config(
         kinds=tuple(g.kind for g in s.groups),
-        gpu=tuple(z3.IntVal(g.gpu_block_size) for g in s.groups),
+        gpu=tuple(z3.IntVal(g.gpu_block_size * cp) for g in s.groups),
         factor=z3.IntVal(s.block_size_factor),
-        prompt=z3.IntVal(s.prompt_tokens),
+        prompt=z3.IntVal(s.num_tokens),
         computed=z3.IntVal(s.num_computed_tokens),
         window=tuple(None if g.sliding_window is None else z3.IntVal(g.sliding_window)
                      for g in s.groups),
@@ -65,23 +66,59 @@ class Encoded:
     hit: int | None  # None: deferred
     loads: dict[int, tuple[tuple[int, ...], int | None]]  # group -> (blocks, state)
     unique: bool
+    violations: frozenset[str] = frozenset()  # theorems whose violation formula holds
+    valid_hits: frozenset[int] = frozenset()  # hits for which valid_hit holds
 
 
-def encode_scenario(s: Scenario, passes: int) -> Encoded:
-    """The encoding's answer for ``s`` with the loop unrolled ``passes`` times."""
-    sem = get_semantics(s.semantics)
-    bound = max(s.prompt_tokens // (g.gpu_block_size * s.block_size_factor)
-                for g in s.groups) + 2
-    enc = Enc(bound=bound)
+def _sat(cons: list[z3.BoolRef]) -> bool:
+    s = z3.Solver()
+    s.add(*cons)
+    res = s.check()
+    if res == z3.unknown:
+        raise AssertionError("conformance query: solver returned unknown")
+    return bool(res == z3.sat)
+
+
+def _bound(s: Scenario) -> int:
+    return max(s.num_tokens // (g.gpu_block_size * s.context_parallel_size
+                                * s.block_size_factor) for g in s.groups) + 2
+
+
+def startup_holds(s: Scenario, mod: ModuleType = encoding_module) -> bool:
+    """The encoding's start-up constraints on ``s`` (model: ``resolve_layout``)."""
     cfg = concrete_config(s)
-    d = derive(enc, cfg, sem)
-    st = run_pass(enc, cfg, d, initial_state(enc, cfg, d, sem), d.order)
+    return _sat([mod.startup(cfg, get_semantics(s.semantics))])
+
+
+def precondition_holds(name: str, s: Scenario) -> bool:
+    """A precondition's formula (``proofs.theorems``) on ``s``."""
+    from proofs.theorems import precondition_formula
+
+    enc = Enc(bound=_bound(s))
+    cfg = concrete_config(s)
+    d = derive(enc, cfg, get_semantics(s.semantics))
+    formula = precondition_formula(name, enc, cfg, d)
+    return _sat([*enc.cons, formula])
+
+
+def encode_scenario(s: Scenario, passes: int, mod: ModuleType = encoding_module,
+                    formulas: bool = False) -> Encoded:
+    """The encoding's answer for ``s`` with the loop unrolled ``passes`` times; with
+    ``formulas`` also the violation formulas that hold and the valid hits."""
+    from proofs.theorems import THEOREMS, Context, valid_hit
+
+    sem = get_semantics(s.semantics)
+    enc = Enc(bound=_bound(s))
+    cfg = concrete_config(s)
+    d = mod.derive(enc, cfg, sem)
+    init = mod.initial_state(enc, cfg, d, sem)
+    st = mod.run_pass(enc, cfg, d, init, d.order)
     for _ in range(passes - 1):
-        st = select(finished(st), st, next_pass(enc, cfg, d, st))
-    res = result_of(enc, cfg, d, sem, st)
-    loads = load_plan(enc, cfg, d, res.hit)
+        st = mod.select(mod.finished(st), st, mod.next_pass(enc, cfg, d, st))
+    res = mod.result_of(enc, cfg, d, sem, st)
+    loads = mod.load_plan(enc, cfg, d, res.hit)
     solver = z3.Solver()
-    solver.add(*enc.cons, finished(st))
+    solver.add(*enc.cons, mod.finished(st))
     if solver.check() != z3.sat:
         raise AssertionError(f"encoding has no run for {s}")
     m = solver.model()
@@ -94,6 +131,26 @@ def encode_scenario(s: Scenario, passes: int) -> Encoded:
         blocks = tuple(range(lo, hi)) if hit and not deferred else ()
         state = m.eval(ld.state_position, model_completion=True).as_long()
         out[g] = (blocks, state if blocks and s.groups[g].kind == "mamba" else None)
+    solver.push()
     solver.add(z3.Or(res.hit != hit, res.deferred != z3.BoolVal(deferred)))
     unique = solver.check() == z3.unsat
-    return Encoded(None if deferred else hit, out, unique)
+    solver.pop()
+    if not formulas:
+        return Encoded(None if deferred else hit, out, unique)
+    ctx = Context(enc, cfg, d, sem, res, init.m)
+    # build each formula before reading enc.cons: building adds the helpers' definitions
+    formulas_of = {name: thm.violation(ctx) for name, thm in THEOREMS.items()
+                   if thm.violation is not None}
+    h = z3.Int("candidate_hit")
+    valid_formula = valid_hit(ctx, h)
+    violated = frozenset(name for name, f in formulas_of.items()
+                         if _sat([*enc.cons, mod.finished(st), f]))
+    valid: set[int] = set()
+    query = [*enc.cons, mod.finished(st), valid_formula]
+    # enumerate every candidate the formula accepts (at most num_tokens of them)
+    while len(valid) <= s.num_tokens and _sat(query + [z3.And([h != v for v in valid])]):
+        vs = z3.Solver()
+        vs.add(*query, *[h != v for v in valid])
+        vs.check()
+        valid.add(vs.model().eval(h, model_completion=True).as_long())
+    return Encoded(None if deferred else hit, out, unique, violated, frozenset(valid))

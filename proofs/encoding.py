@@ -681,6 +681,7 @@ class GroupLoad:
     lo: z3.ArithRef  # first loaded offloaded block
     hi: z3.ArithRef  # one past the last
     state_position: z3.ArithRef  # Mamba groups: the restored state's token position
+    # (model/load_plan.py: the end of the last GPU block the worker fills)
     pending: z3.ArithRef  # GPU blocks to fill (scheduler.py:725)
 
 
@@ -715,7 +716,10 @@ def load_plan(enc: Enc, cfg: Config, d: Derived, hit: z3.ArithRef,
         )
         pending = num_gpu_blocks - first
         lo = z3.If(z3.And(hit > 0, pending > 0), lo, hi)
-        loads[g] = GroupLoad(lo, hi, hi * d.obs[g], pending)
+        # the worker fills GPU blocks [first, num_gpu_blocks) from sub-blocks of the loaded
+        # offloaded blocks (gpu_worker.py:321, block index scheduler.py:749): a Mamba
+        # state is the one saved at the end of the last GPU block filled
+        loads[g] = GroupLoad(lo, hi, num_gpu_blocks * bs, pending)
     return loads
 
 

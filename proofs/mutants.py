@@ -95,8 +95,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (_e(E, "initial_max_hit_blocks", 'if sem.align_at == "max_hit":', "if False:"),),
            "no-partial-state"),
     Mutant("align-gpu-block-size", "aligned to the GPU block size, not the offloaded one",
-           (_e(LY, "_mamba_align_size", "return align_groups[-1].gpu_block_size * "
-               "s.block_size_factor", "return align_groups[-1].gpu_block_size"),),
+           (_e(LY, "_mamba_align_size", "return align_groups[-1].gpu_block_size * cp * "
+               "s.block_size_factor", "return align_groups[-1].gpu_block_size * cp"),),
            (_e(E, "derive", "align = obs[aligned[0]]", "align = cfg.gpu[aligned[0]]"),),
            "no-partial-state"),
     Mutant("align-all-mode-too", "mode all rounded as well as align (upstream's later fix)",

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 ARTEFACTS = ("report.md", "report.json", "spec.md", "spec.html", "spec-facts.json",
-             "counterexamples")
+             "spec", "counterexamples")
 
 
 def artefacts(out: Path) -> list[Path]:

@@ -80,6 +80,15 @@ PRECONDITIONS: dict[str, Precondition] = {
             runtime=True,
         ),
         Precondition(
+            "gpu-hit-needs-prefix-caching",
+            "num_computed_tokens is 0 with prefix caching off or skip_reading_prefix_cache",
+            lambda c, d: z3.Implies(z3.Or(z3.Not(c.prefix_caching), c.skip_reading),
+                                    c.computed == 0),
+            "Always holds: get_computed_blocks finds no GPU hit then "
+            "(vllm/v1/core/kv_cache_manager.py:218).",
+            runtime=True,
+        ),
+        Precondition(
             "mamba-mode-not-all",
             "no Mamba group uses mamba_cache_mode 'all'",
             lambda c, d: z3.And([m != MODE_ALL for m in c.mode if m is not None]),
@@ -177,7 +186,11 @@ def violates_no_partial_state(ctx: Context) -> z3.BoolRef:
     end = ctx.cfg.computed + ctx.result.hit
     bad = [
         z3.And(z3.Or(ctx.cfg.mode[g] == MODE_ALIGN, ctx.cfg.mode[g] == MODE_ALL),
-               loads[g].lo < loads[g].hi, loads[g].state_position != end)
+               loads[g].lo < loads[g].hi,
+               # the state restored is not the hit's end, or not from the offloaded
+               # block's last sub-block (model/invariants.py)
+               z3.Or(loads[g].state_position != end,
+                     loads[g].state_position != loads[g].hi * ctx.d.obs[g]))
         for g in mamba
     ]
     return z3.And(_active(ctx), z3.Or(bad)) if bad else z3.BoolVal(False)
@@ -231,7 +244,9 @@ def valid_hit(ctx: Context, h: z3.ArithRef) -> z3.BoolRef:
         if k == MAMBA:
             mode = cfg.mode[g]
             c.append(z3.Implies(z3.And(z3.Or(mode == MODE_ALIGN, mode == MODE_ALL),
-                                       ld.lo < ld.hi), ld.state_position == end))
+                                       ld.lo < ld.hi),
+                                z3.And(ld.state_position == end,
+                                       ld.state_position == ld.hi * d.obs[g])))
     return z3.And(c)
 
 
@@ -260,7 +275,9 @@ class Theorem:
 
 
 ALL_SEMANTICS = ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit", "alt-cache-config-block-size")
-RUNTIME = ("gpu-hit-aligned", "gpu-hit-leaves-last-token")
+# the engine's request rules: every result assumes them (proofs.check.check), and the
+# counterexample search never leaves them out
+RUNTIME = ("gpu-hit-aligned", "gpu-hit-leaves-last-token", "gpu-hit-needs-prefix-caching")
 
 
 def _holds_on(*names: str) -> dict[str, bool]:

@@ -65,7 +65,7 @@ def test_generated_scenarios_parse_round_trip_and_map(raw: dict) -> None:
 
 def _real(**kw: object) -> dict:
     base = {"refused": None, "hit": 16, "lookups": [[0, 0]], "keys_ok": True,
-            "loads": [[0, [0]]], "unknown_load_keys": 0}
+            "loads": [[0, [0]]], "unknown_load_keys": 0, "copies": [[[0, 0, 0]]]}
     base.update(kw)
     return base
 
@@ -74,7 +74,7 @@ def test_compare_seed_model_against_recorded_real_results() -> None:
     s = parse_scenario(SEED)
     assert compare(model_view(s, "vllm-0.24.0"), _real()).agree
     # the real 0.23.0 scheduler hits 31 tokens and loads block 1 on the seed
-    real23 = _real(hit=31, lookups=[[0, 1]], loads=[[0, [1]]])
+    real23 = _real(hit=31, lookups=[[0, 1]], loads=[[0, [1]]], copies=[[[1, 0, 1]]])
     assert compare(model_view(s, "vllm-0.23.0"), real23).agree
     v = compare(model_view(s, "vllm-0.24.0"), real23)
     assert not v.agree and any(d.startswith("hit:") for d in v.diffs)
@@ -84,13 +84,26 @@ def test_compare_refusals_and_harness_problems() -> None:
     mv = ModelView("refused by base.py:507", None, (), None, None)
     assert compare(mv, {"refused": "AssertionError at vllm/...: x", "keys_ok": True}).agree
     assert not compare(mv, _real()).agree
-    ok = ModelView(None, 16, ((0, 0),), {0: (0,)}, None)
+    ok = ModelView(None, 16, ((0, 0),), {0: (0,)}, None, {0: ((0, 0, 0),)})
     v = compare(ok, _real(keys_ok=False))
     assert not v.agree and v.harness_problem
     assert not compare(ok, _real(lookups=[[0, 1]])).agree
     assert compare(ok, _real(lookups=[[0, 1]]), check_lookups=False).agree
     assert not compare(ok, _real(loads=[[0, [1]]])).agree
     assert not compare(ok, _real(load_error="AssertionError")).agree
+    # the same offloaded keys, but the worker fills another GPU block or sub-block
+    v = compare(ok, _real(copies=[[[0, 1, 1]]]))
+    assert not v.agree and v.diffs[0].startswith("worker copies")
+    assert not compare(ok, _real(copies=None)).agree
+
+
+def test_model_copies_follow_the_sub_block_skip() -> None:
+    """Factor 2, GPU hit of one GPU block: the worker skips sub-block 0 of offloaded
+    block 0 (block index 1 % 2, gpu_worker.py:321) and fills GPU blocks 1, 2, 3."""
+    raw = dict(SEED, block_size_factor=2, prompt_tokens=80, num_computed_tokens=16,
+               groups=[{"kind": "full_attention", "gpu_block_size": 16, "stored": "all"}])
+    mv = model_view(parse_scenario(raw), "vllm-0.24.0")
+    assert mv.hit == 48 and mv.copies == {0: ((0, 1, 1), (1, 0, 2), (1, 1, 3))}
 
 
 def test_compare_checks_the_gpu_side_of_a_0_33_0_load() -> None:

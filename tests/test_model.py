@@ -51,17 +51,48 @@ def test_mamba_all_mode_breaks_on_0_24_0() -> None:
     assert "no-partial-state" in violated(o)
 
 
-def test_alt_round_num_hit_breaks_with_unaligned_gpu_hit() -> None:
+def test_sub_block_copy_restores_the_gpu_block_state() -> None:
+    """block_size_factor 2, GPU hit 16, hit 32 (ends at 48, inside offloaded block 1):
+    the worker copies only sub-block 0 of offloaded block 1 into GPU block 2
+    (gpu_worker.py:321, block index from scheduler.py:749): the state saved at token 48
+    if one was stored there, not the one at the end of the offloaded block (64). Only
+    the last sub-block is surely stored, so the invariant still fails, saying why."""
     raw = mamba(64, "alt-round-num-hit", block_size_factor=2, num_computed_tokens=16)
     o = evaluate(parse_scenario(raw))
-    assert o.hit_tokens == 32 and "no-partial-state" in violated(o)
+    assert o.hit_tokens == 32 and violated(o) == {"no-partial-state"}
+    assert [(tuple(ld.blocks), ld.copies, ld.state_position, ld.state_in_last_sub_block)
+            for ld in o.loads] == [((1,), ((1, 0, 2),), 48, False)]
+    assert "restores sub-block 0 of offloaded block 1" in o.violations[0].message
     assert not violated(evaluate(parse_scenario(raw), "vllm-0.24.0"))
 
 
+def test_resumed_request_reads_num_tokens() -> None:
+    """A resumed request's output tokens count: the lookup reads request.num_tokens."""
+    new = evaluate(parse_scenario(mamba(32, "vllm-0.24.0")))
+    resumed = evaluate(parse_scenario(mamba(32, "vllm-0.24.0", output_tokens=17)))
+    assert new.hit_tokens == 16 and resumed.hit_tokens == 48
+
+
+def test_context_parallel_scales_the_block_size() -> None:
+    o = evaluate(parse_scenario(mamba(64, "vllm-0.24.0", context_parallel_size=2)))
+    assert o.layout is not None and o.layout.groups[0].offloaded_block_size == 32
+    assert o.hit_tokens == 32
+    two = mamba(64, "vllm-0.24.0", context_parallel_size=2)
+    two["groups"].append({"kind": "full_attention", "gpu_block_size": 16, "stored": "all"})
+    assert "context_parallel_size" in (evaluate(parse_scenario(two)).refused or "")
+
+
 def test_alt_cache_config_stale_block_size() -> None:
+    # a stale mamba_block_size smaller than the GPU block: the hit ends inside a block
+    raw = mamba(64, "alt-cache-config-block-size", block_size_factor=2, mamba_block_size=8)
+    o = evaluate(parse_scenario(raw))
+    assert o.hit_tokens == 56 and "no-partial-state" in violated(o)
+    # a stale size of one GPU block with factor 2: the worker copies the sub-block whose
+    # state would be the one at the hit's end (gpu_worker.py:321), not a surely stored one
     raw = mamba(64, "alt-cache-config-block-size", block_size_factor=2, mamba_block_size=16)
     o = evaluate(parse_scenario(raw))
-    assert o.hit_tokens == 48 and "no-partial-state" in violated(o)
+    assert o.hit_tokens == 48 and o.loads[0].state_position == 48
+    assert "restores sub-block 0" in o.violations[0].message
 
 
 def test_deferred_and_being_loaded() -> None:

@@ -72,6 +72,11 @@ class Tally:
     load_plans: int = 0
     # 0.33.0's dimensions among the agreeing, accepted scenarios (name -> count)
     dims: Counter[str] = field(default_factory=Counter)
+    # load plans whose worker copies start inside an offloaded block (sub-block skip),
+    # and requests with output tokens or context parallelism
+    sub_block_plans: int = 0
+    resumed: int = 0
+    context_parallel: int = 0
 
     def line(self, label: str) -> str:
         speed = ""
@@ -80,7 +85,9 @@ class Tally:
             speed = f"; lookups/s real {r:,.0f} vs model {m:,.0f} (model {m / r:.1f}x)"
         return (f"vLLM {self.version} {label}: {self.agreed} agree "
                 f"({self.refused_both} refused by both, {self.hits} hits with "
-                f"{self.load_plans} load plans, {self.zero} zero, {self.deferred} deferred, "
+                f"{self.load_plans} load plans ({self.sub_block_plans} starting mid-block), "
+                f"{self.zero} zero, {self.deferred} deferred, {self.resumed} resumed, "
+                f"{self.context_parallel} with context parallelism, "
                 f"{self.preconditions} past a model precondition), "
                 f"{len(self.disagreements)} disagree{speed}{self._dims()}")
 
@@ -153,6 +160,10 @@ def check_one(real: RealScheduler, s: Scenario, tally: Tally,
                 # the model's verdict on a run the real scheduler matched step for step
                 tally.dims.update(f"breaks {v}" for v in mv.violations
                                   if get_semantics(s.semantics).chunked)
+            tally.sub_block_plans += any(group and group[0][1] != 0
+                                         for group in result.get("copies") or [])
+            tally.resumed += s.output_tokens > 0
+            tally.context_parallel += s.context_parallel_size > 1
         if result.get("refused") is None and "t_lookup" in result and mv.seconds:
             tally.real_seconds += result["t_lookup"]
             tally.model_seconds += mv.seconds

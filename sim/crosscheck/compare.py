@@ -20,6 +20,8 @@ class ModelView:
     lookups: tuple[tuple[int, int], ...]
     loads: dict[int, tuple[int, ...]] | None  # None: no load (hit 0, deferred, refused)
     assertion: str | None
+    # what the worker copies per group: (offloaded block, sub-block, GPU block position)
+    copies: dict[int, tuple[tuple[int, int, int], ...]] | None = None
     # the model refused the request only for a precondition a real engine always meets
     # (GPU hit shape); the comparison then uses the model run without it (enforce=False)
     precondition: str | None = None
@@ -39,16 +41,20 @@ def model_view(s: Scenario, semantics: str) -> ModelView:
     seconds = 0.0
     if out.refused is None and out.layout is not None:
         seconds = timed_lookup(s, semantics, out.layout)
-    loads = None
+    loads = copies = None
+    chunked = get_semantics(semantics).chunked
     if out.refused is None and out.hit_tokens:
         loads = {gl.group: tuple(gl.blocks) for gl in out.loads}
+        if not chunked:  # the sub-block copy of releases before 0.33.0
+            copies = {gl.group: gl.copies for gl in out.loads}
     gpu = None
-    if loads is not None and get_semantics(semantics).chunked:
+    if loads is not None and chunked:
         gpu = (tuple(gl.gpu_blocks for gl in out.loads),
                tuple(gl.gpu_block_index or 0 for gl in out.loads))
     return ModelView(out.refused, out.hit_tokens, tuple(out.lookups), loads,
-                     out.assertion, precondition, seconds,
-                     tuple(sorted({v.invariant for v in out.violations})), gpu)
+                     out.assertion, copies=copies, precondition=precondition,
+                     seconds=seconds,
+                     violations=tuple(sorted({v.invariant for v in out.violations})), gpu=gpu)
 
 
 def timed_lookup(s: Scenario, semantics: str, layout: Any = None) -> float:
@@ -115,4 +121,10 @@ def compare(model: ModelView, real: dict[str, Any], *, check_lookups: bool = Tru
             if model.gpu != rg:
                 diffs.append(f"GPU blocks loaded (per group: count, first index): "
                              f"model {model.gpu} vs real {rg}")
+        if model.copies is not None and model.loads == real_loads:
+            # what the worker copies: GPU block positions and sub-block offsets
+            real_copies = {g: tuple(tuple(c) for c in group)
+                           for g, group in enumerate(real.get("copies") or [])}
+            if real.get("copies") is None or model.copies != real_copies:
+                diffs.append(f"worker copies: model {model.copies} vs real {real_copies}")
     return Verdict(not diffs, diffs)

@@ -3,7 +3,8 @@
 Covers every group kind (full attention, sliding window, Mamba in modes align / none /
 all), 1-4 groups with block sizes that share a common unit (1-64 tokens), offloaded
 block size factors 1-4, prompts up to ~300 tokens, GPU prefix hits, stores with holes,
-deferred lookups, blocks being loaded, EAGLE groups, and the request flags.  For
+deferred lookups, blocks being loaded, EAGLE groups, the request flags, resumed requests
+(output tokens) and context parallelism (refused with more than one group).  For
 vllm-0.33.0 also: blocks_per_chunk 1-3 (with per-group block sizes), HIT_PENDING and
 RETRY answers, partial-tail layouts (one block size, attention + Mamba align, a finer
 hash size) with stored / pending / retried tail keys, EAGLE attention groups with proof
@@ -21,6 +22,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from model.scenario import Scenario, parse_scenario, scenario_to_json
+from model.semantics import get_semantics
 
 UNITS = (1, 2, 4, 8, 16)
 MULTIPLES = (1, 2, 3, 4)
@@ -214,14 +216,19 @@ def _classic_dicts(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
         prompt = max(1, prompt + draw(st.sampled_from([0, 1, -1, 2, unit, -unit])))
     else:
         prompt = draw(st.integers(1, 300))
-    lcm = math.lcm(*sizes)
+    # resumed requests and context parallelism: modelled for releases before 0.33.0
+    fidelity = not get_semantics(semantics).chunked
+    cp = 1
+    if fidelity and _chance(draw, 0.07 if n_groups > 1 else 0.2):
+        cp = draw(st.sampled_from([2, 4]))
+    lcm = math.lcm(*sizes) * cp  # the scheduler block size (kv_cache_utils.py:630, 641)
     computed = 0
     if prompt > lcm and _chance(draw, 0.3):
         computed = lcm * draw(st.integers(0, (prompt - 1) // lcm))
     groups = []
     for size in sizes:
         kind = draw(st.sampled_from(["full_attention", "sliding_window", "mamba"]))
-        obs = size * factor
+        obs = size * cp * factor
         n_blocks = prompt // obs + 1
         g: dict[str, Any] = {"kind": kind, "gpu_block_size": size}
         if kind == "sliding_window":
@@ -249,6 +256,10 @@ def _classic_dicts(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
         out["in_flight_transfers"] = True
     if n_groups > 1 and _chance(draw, 0.05):
         out["hash_block_size"] = draw(st.sampled_from([1, unit, 2 * unit]))
+    if fidelity and _chance(draw, 0.1):  # a resumed request: num_tokens includes output
+        out["output_tokens"] = draw(st.integers(1, 2 * max(sizes) * factor + 1))
+    if cp != 1:
+        out["context_parallel_size"] = cp
     return out
 
 

@@ -15,6 +15,11 @@ The harness turns a case into real vLLM objects (``adapters/harness.py``):
 - ``being_loaded`` -> those blocks' offload keys in ``_blocks_being_loaded``;
 - ``in_flight_transfers`` -> a fake job id in the request state's ``transfer_jobs``;
 - ``skip_reading_prefix_cache`` -> ``SamplingParams(skip_reading_prefix_cache=True)``;
+- ``output_tokens`` -> that many output tokens appended to the ``Request``
+  (``Request.append_output_token_ids``: a resumed request, ``num_tokens`` = prompt + output);
+- ``context_parallel_size`` -> ``parallel_config.decode_context_parallel_size`` (the
+  offloading spec multiplies every group's block size by it, base.py:481) and the
+  ``KVCacheManager``'s ``dcp_world_size``.
 - 0.33.0 (``adapters/harness_v033.py``): ``blocks_per_chunk`` -> the extra config;
   ``pending`` -> HIT_PENDING, ``deferred`` -> RETRY, ``stored_tails`` / ``pending_tails``
   / ``deferred_tails`` -> the answers for the partial-tail keys ending at those tokens;
@@ -31,7 +36,7 @@ from model.scenario import Scenario
 
 
 def offloaded_block_size(s: Scenario, group: int) -> int:
-    return s.groups[group].gpu_block_size * s.block_size_factor
+    return s.groups[group].gpu_block_size * s.context_parallel_size * s.block_size_factor
 
 
 def extra_config(s: Scenario) -> dict[str, Any]:
@@ -43,7 +48,7 @@ def extra_config(s: Scenario) -> dict[str, Any]:
     if s.block_size_factor == 1:
         return {}
     # with several GPU block sizes the spec refuses whatever we pass (base.py:507)
-    return {"block_size": s.groups[0].gpu_block_size * s.block_size_factor}
+    return {"block_size": offloaded_block_size(s, 0)}
 
 
 def to_case(s: Scenario) -> dict[str, Any]:
@@ -75,6 +80,8 @@ def to_case(s: Scenario) -> dict[str, Any]:
         "hash_block_size": s.hash_block_size,
         "mamba_block_size": s.mamba_block_size,
         "prompt_tokens": s.prompt_tokens,
+        "output_tokens": s.output_tokens,
+        "context_parallel_size": s.context_parallel_size,
         "num_computed_tokens": s.num_computed_tokens,
         "store": store,
         "being_loaded": being_loaded,

@@ -35,7 +35,8 @@ def _variants(raw: dict[str, Any]) -> Iterator[dict[str, Any]]:
             v = copy.deepcopy(raw)
             del v["groups"][i]
             yield v
-    for key in ("in_flight_transfers", "skip_reading_prefix_cache", "hash_block_size"):
+    for key in ("in_flight_transfers", "skip_reading_prefix_cache", "hash_block_size",
+                "output_tokens", "context_parallel_size"):
         if key in raw:
             v = copy.deepcopy(raw)
             del v[key]

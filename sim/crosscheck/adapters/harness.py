@@ -15,8 +15,14 @@ specs, the offload store's answers per (group, offloaded block index), the flags
 Real objects: VllmConfig/CacheConfig/DeviceConfig/KVTransferConfig, KVCacheConfig with
 FullAttentionSpec/SlidingWindowSpec/MambaSpec groups, Request with block hashes from
 vLLM's own block hasher, OffloadingSpec.__init__ (its assertions run), the scheduler,
-KVCacheManager.allocate_slots.  Stand-ins: the OffloadingManager (answers from the
-scenario, records keys) and the worker-side get_handlers (never called).
+KVCacheManager.allocate_slots, the load's transfer spec (``GPULoadStoreSpec``) and the
+CPU worker's sub-block pointer arithmetic (``compute_sub_block_ptrs``, called on small
+CPU tensors whose addresses name the block and sub-block).  Stand-ins: the
+OffloadingManager (answers from the scenario, records keys), the worker-side
+get_handlers (never called), the worker's per-group loop around
+``compute_sub_block_ptrs`` (``worker_copies``, written after gpu_worker.py:315-360: it
+needs CUDA streams), and ``decode_context_parallel_size`` set on the built config (its
+validation needs a tensor-parallel group).
 
 Version differences are feature-detected in ``Adapter`` (one small class), so the same
 file serves 0.23.0 and 0.24.0.
@@ -65,6 +71,7 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     SlidingWindowSpec,
 )
 from vllm.v1.kv_offload import base as offload_base  # noqa: E402
+from vllm.v1.kv_offload.cpu.gpu_worker import compute_sub_block_ptrs  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 
 VERSION = vllm.__version__
@@ -166,13 +173,18 @@ def build_configs(case: dict[str, Any]) -> tuple[Any, Any]:
     )
     # the engine sets this after building the KV-cache config (v1/engine/core.py:309)
     vllm_config.cache_config.block_size = min(sizes)
+    # context parallelism: ParallelConfig validates it against a tensor-parallel group
+    # this process does not have, so it is set on the built config
+    vllm_config.parallel_config.decode_context_parallel_size = case.get(
+        "context_parallel_size", 1)
     group_specs = []
     for i, g in enumerate(groups):
         kw: dict[str, Any] = dict(layer_names=[f"layer.{i}"], kv_cache_spec=_kv_spec(g, i))
         if Adapter.has_eagle_field:
             kw["is_eagle_group"] = bool(g.get("eagle", False))
         group_specs.append(KVCacheGroupSpec(**kw))
-    num_blocks = 16 + sum(-(-case["prompt_tokens"] // s) + 2 for s in sizes)
+    num_tokens = case["prompt_tokens"] + case.get("output_tokens", 0)
+    num_blocks = 16 + sum(-(-num_tokens // s) + 2 for s in sizes)
     kv_cache_config = KVCacheConfig(
         num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=group_specs
     )
@@ -194,13 +206,17 @@ def make_request(case: dict[str, Any], vllm_config: Any, kv_cache_config: Any,
     params = SamplingParams(
         max_tokens=1, skip_reading_prefix_cache=case["skip_reading_prefix_cache"]
     )
-    return Request(
+    request = Request(
         request_id=req_id,
         prompt_token_ids=[(7 * t + 3) % 30000 for t in range(case["prompt_tokens"])],
         sampling_params=params,
         pooling_params=None,
         block_hasher=hasher,
     )
+    output = case.get("output_tokens", 0)
+    if output:  # a resumed request: its output tokens count in num_tokens and the hashes
+        request.append_output_token_ids([(11 * t + 5) % 30000 for t in range(output)])
+    return request
 
 
 def _err(e: BaseException) -> str:
@@ -293,22 +309,24 @@ def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: Sc
     num_computed = case["num_computed_tokens"]
     vc = spec.vllm_config
     sched_bs, hash_bs = resolve_kv_cache_block_sizes(kv_cache_config, vc)
+    cp = case.get("context_parallel_size", 1)
     try:
         # Caching is on so that the scenario's GPU prefix hit can be represented by cached
         # blocks; with delay_cache_blocks=True (the async-load path) it has no other effect.
         kvm = KVCacheManager(
             kv_cache_config,
-            max_model_len=case["prompt_tokens"] + 64,
+            max_model_len=request.num_tokens + 64,
             scheduler_block_size=sched_bs,
             hash_block_size=hash_bs,
             enable_caching=True,
+            dcp_world_size=cp,
         )
         # The GPU prefix hit: blocks cached by an earlier request with the same prompt
         # (BlockPool.cache_full_blocks, then freed), as get_computed_blocks would find.
         pool = kvm.block_pool
         computed: list[list[Any]] = []
         for g, group in enumerate(kv_cache_config.kv_cache_groups):
-            bs = group.kv_cache_spec.block_size
+            bs = group.kv_cache_spec.block_size * cp
             n = num_computed // bs
             blocks = pool.get_new_blocks(n) if n else []
             if n:
@@ -327,9 +345,20 @@ def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: Sc
         )
         if blocks is None:
             return {"load_error": "allocate_slots returned None (pool too small)"}
+        before = set(scheduler._current_batch_load_jobs)
         scheduler.update_state_after_alloc(request, kvm.get_blocks(request.request_id), hit)
     except AssertionError as e:
         return {"load_error": _err(e)}
+    new_jobs = [j for j in scheduler._current_batch_load_jobs if j not in before]
+    copies: list[list[list[int]]] | None = None
+    if len(new_jobs) == 1:
+        _, dst_spec = scheduler._current_batch_load_jobs[new_jobs[0]].transfer_spec
+        table = [[b.block_id for b in blocks]
+                 for blocks in kvm.get_blocks(request.request_id).blocks]
+        try:
+            copies = worker_copies(dst_spec, manager, spec.block_size_factor, table)
+        except AssertionError as e:
+            return {"load_error": "worker: " + _err(e)}
     loads: list[list[Any]] = [[g, []] for g in range(len(case["groups"]))]
     unknown = 0
     for key in manager.loaded or []:
@@ -338,7 +367,56 @@ def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: Sc
             unknown += 1
         else:
             loads[name[0]][1].append(name[1])
-    return {"loads": loads, "unknown_load_keys": unknown}
+    return {"loads": loads, "unknown_load_keys": unknown, "copies": copies}
+
+
+def _ptrs(block_ids: Any, factor: int, count: int, skip: int) -> list[tuple[int, int]]:
+    """(block, sub-block) of each pointer vLLM's ``compute_sub_block_ptrs`` computes for
+    ``count`` sub-blocks of ``block_ids`` (skipping ``skip``), read back from the
+    addresses of a small CPU tensor with one byte per sub-block."""
+    import numpy as np
+
+    rows = int(max(block_ids)) + 1 if len(block_ids) else 1
+    tensor = torch.zeros((rows, factor), dtype=torch.uint8)
+    out = np.zeros(count, dtype=np.uint64)
+    compute_sub_block_ptrs(np.asarray(block_ids), factor, out, tensor, skip_count=skip)
+    base, stride = tensor.data_ptr(), tensor.stride(0)
+    return [(int(p - base) // stride, int(p - base) % stride) for p in out.tolist()]
+
+
+def worker_copies(dst_spec: Any, manager: ScenarioManager, factor: int,
+                  table: list[list[int]]) -> list[list[list[int]]]:
+    """What the CPU-to-GPU worker copies for this load, per group: [offloaded block index,
+    sub-block, GPU block position in the request's block table].  The per-group loop
+    follows ``CpuGpuOffloadingHandler.transfer_async`` (gpu_worker.py:315-360 in 0.24.0):
+    the source (CPU) side has ``factor`` sub-blocks per block and skips
+    ``block_idx % factor`` of the group's first one; the GPU side has one."""
+    keys = manager.loaded or []
+    src_blocks = list(range(len(keys)))  # CPU block i holds keys_to_load[i]
+    dst_blocks = [int(b) for b in dst_spec.block_ids]
+    out: list[list[list[int]]] = []
+    src_off = dst_off = 0
+    for g, (size, block_idx) in enumerate(zip(dst_spec.group_sizes, dst_spec.block_indices,
+                                              strict=True)):
+        group: list[list[int]] = []
+        out.append(group)
+        if size == 0:
+            continue
+        skip = block_idx % factor
+        src_count = -(-(size + skip) // factor)
+        group_src = src_blocks[src_off:src_off + src_count]
+        group_dst = dst_blocks[dst_off:dst_off + size]
+        assert len(group_src) == src_count and len(group_dst) == size, "spec too short"
+        src = _ptrs(group_src, factor, size, skip)
+        dst = _ptrs(group_dst, 1, size, 0)
+        for (cpu, sub), (gpu, _) in zip(src, dst, strict=True):
+            name = manager.names.get(keys[cpu], (-1, -1))
+            assert name[0] == g, f"group {g} copies a key of group {name[0]}"
+            group.append([name[1], sub, table[g].index(gpu)])
+        src_off += src_count
+        dst_off += size
+    assert src_off == len(src_blocks) and dst_off == len(dst_blocks), "spec not consumed"
+    return out
 
 
 def bench(case: dict[str, Any], n: int) -> dict[str, Any]:
