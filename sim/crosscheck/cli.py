@@ -77,6 +77,9 @@ class Tally:
     sub_block_plans: int = 0
     resumed: int = 0
     context_parallel: int = 0
+    # scenario files using a field the target release's model does not cover (for
+    # example valid_hit, which only the 0.23.0/0.24.0 models read), replayed elsewhere
+    out_of_model: list[Path] = field(default_factory=list)
 
     def line(self, label: str) -> str:
         speed = ""
@@ -89,7 +92,11 @@ class Tally:
                 f"{self.zero} zero, {self.deferred} deferred, {self.resumed} resumed, "
                 f"{self.context_parallel} with context parallelism, "
                 f"{self.preconditions} past a model precondition), "
-                f"{len(self.disagreements)} disagree{speed}{self._dims()}")
+                f"{len(self.disagreements)} disagree{self._skipped()}{speed}{self._dims()}")
+
+    def _skipped(self) -> str:
+        n = len(self.out_of_model)
+        return f", {n} not modelled for this release (skipped)" if n else ""
 
     def _dims(self) -> str:
         if not self.dims:
@@ -259,7 +266,14 @@ def replay(real: RealScheduler, paths: list[Path], tally: Tally,
         except ScenarioError as e:
             _say(f"  skip {p}: {e}")
             continue
-        verdict = check_one(real, s, tally, check_lookups)
+        try:
+            verdict = check_one(real, s, tally, check_lookups)
+        except ScenarioError as e:
+            # the file's own release models the field; this one does not, so there is
+            # nothing to compare (the file is replayed under its own release elsewhere)
+            tally.out_of_model.append(p)
+            _say(f"  not modelled for {real.semantics}: {p.name}: {e}")
+            continue
         if not verdict.agree:
             bad.append((p, verdict))
     return bad
