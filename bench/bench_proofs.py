@@ -1,9 +1,11 @@
 """Wall and CPU time of the full proofs run and of the main theorem, against the targets.
 
-    python bench/bench_proofs.py [--tree DIR] [--baseline DIR] [--jobs N] [--timeout S]
+    python bench/bench_proofs.py [--tree DIR] [--baseline DIR | --baseline-rev REV]
+                                 [--jobs N] [--timeout S]
 
-Runs, in this tree and (with --baseline) in another checkout of the project side by side
-in the same invocation (e.g. --baseline /work/main for today's code):
+Runs, in this tree and (with --baseline or --baseline-rev) in another version of the
+project, side by side in the same invocation (``--baseline-rev main`` measures main's
+committed code, exported with ``git archive`` into a temporary directory):
 
 * the main theorem alone: ``python -m proofs --theorem no-partial-state --semantics
   vllm-0.24.0 --no-necessity`` (target 2 s), and the seconds the full run's report gives
@@ -73,6 +75,17 @@ def measure(tree: Path, jobs: int, timeout: float) -> dict[str, object]:
     return {"main_alone": alone, "full": full, "main_in_full": _main_in_report(out)}
 
 
+def export(rev: str) -> Path:
+    """The project at git revision ``rev`` of this repository, in a temporary directory."""
+    out = Path(tempfile.mkdtemp(prefix=f"bench-{rev.replace('/', '-')}-"))
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True,
+                             check=False)
+    if archive.returncode != 0:
+        raise ValueError(archive.stderr.decode().strip().splitlines()[-1])
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    return out
+
+
 def _fmt(t: Timing) -> str:
     flag = "" if t.rc == 0 else f" (exit {t.rc})"
     return f"{t.wall:7.1f}s wall {t.cpu:7.1f}s CPU{flag}"
@@ -83,20 +96,33 @@ def main() -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--baseline", type=Path, metavar="DIR",
                    help="another checkout measured the same way (today's code)")
+    p.add_argument("--baseline-rev", metavar="REV",
+                   help="a git revision of this repository measured the same way (e.g. main)")
     p.add_argument("--tree", type=Path, default=ROOT, metavar="DIR",
                    help="the checkout to measure (default: this one)")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--timeout", type=float, default=3600.0, metavar="S")
     args = p.parse_args()
     trees = [("measured", args.tree.resolve())]
+    if args.baseline is not None and args.baseline_rev is not None:
+        print("--baseline-rev: give --baseline or --baseline-rev, not both", file=sys.stderr)
+        return 2
     if args.baseline is not None:
-        trees.append(("baseline", args.baseline.resolve()))
+        trees.insert(0, ("baseline", args.baseline.resolve()))
+    if args.baseline_rev is not None:
+        try:
+            trees.insert(0, (f"baseline {args.baseline_rev}", export(args.baseline_rev)))
+        except ValueError as e:
+            print(f"--baseline-rev: {e}", file=sys.stderr)
+            return 2
     for label, tree in trees:
         if not (tree / "proofs" / "__main__.py").is_file():
             print(f"--{'tree' if label == 'measured' else 'baseline'}: {tree} is not a "
                   f"checkout of this project", file=sys.stderr)
             return 2
-    print(f"cores: {os.cpu_count()}, jobs: {args.jobs}", flush=True)
+    print(f"cores: {os.cpu_count()}, jobs: {args.jobs}, load average before: "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+    results = []
     for label, tree in trees:
         r = measure(tree, args.jobs, args.timeout)
         alone, full, in_full = r["main_alone"], r["full"], r["main_in_full"]
@@ -108,6 +134,21 @@ def main() -> int:
               f"in the full run: {in_full_s}", flush=True)
         print(f"  full python -m proofs:  {_fmt(full)} (target {TARGET_TOTAL_S:.0f}s, "
               f"ratio {full.wall / TARGET_TOTAL_S:.1f})", flush=True)
+        results.append((label, alone, full, in_full_s))
+    if len(results) > 1:  # side by side
+        print(f"\n{'':34}" + "".join(f"{label:>24}" for label, *_ in results)
+              + f"{'target':>10}")
+        rows = [
+            ("main theorem alone, wall", [f"{a.wall:.1f}s" for _, a, _, _ in results],
+             f"{TARGET_MAIN_S:.0f}s"),
+            ("main theorem alone, CPU", [f"{a.cpu:.1f}s" for _, a, _, _ in results], ""),
+            ("main theorem in the full run", [x for *_, x in results], f"{TARGET_MAIN_S:.0f}s"),
+            ("full run, wall", [f"{f.wall:.1f}s" + ("" if f.rc == 0 else f" (exit {f.rc})")
+                                for _, _, f, _ in results], f"{TARGET_TOTAL_S:.0f}s"),
+            ("full run, CPU", [f"{f.cpu:.1f}s" for _, _, f, _ in results], ""),
+        ]
+        for name, cells, target in rows:
+            print(f"{name:34}" + "".join(f"{c:>24}" for c in cells) + f"{target:>10}")
     return 0
 
 

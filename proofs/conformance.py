@@ -31,6 +31,8 @@ from proofs.encoding import (
 def _member(blocks: frozenset[int] | None, i: z3.ArithRef) -> z3.BoolRef:
     if blocks is None:
         return z3.BoolVal(True)
+    if isinstance(i, z3.IntNumRef):  # a concrete block index (the bounded encoding's)
+        return z3.BoolVal(i.as_long() in blocks)
     return z3.Or([i == b for b in sorted(blocks)]) if blocks else z3.BoolVal(False)
 
 
@@ -70,10 +72,14 @@ class Encoded:
     valid_hits: frozenset[int] = frozenset()  # hits for which valid_hit holds
 
 
-def _sat(cons: list[z3.BoolRef]) -> bool:
-    s = z3.Solver()
+def _sat(cons: list[z3.BoolRef], solver: z3.Solver | None = None) -> bool:
+    """Whether ``cons`` are satisfiable (on ``solver``, beside what it holds, which keeps
+    them off it afterwards)."""
+    s = z3.Solver() if solver is None else solver
+    s.push()
     s.add(*cons)
     res = s.check()
+    s.pop()
     if res == z3.unknown:
         raise AssertionError("conformance query: solver returned unknown")
     return bool(res == z3.sat)
@@ -92,13 +98,20 @@ def startup_holds(s: Scenario, mod: ModuleType = encoding_module) -> bool:
 
 def precondition_holds(name: str, s: Scenario) -> bool:
     """A precondition's formula (``proofs.theorems``) on ``s``."""
+    return preconditions_holding(s, [name])[name]
+
+
+def preconditions_holding(s: Scenario, names: list[str]) -> dict[str, bool]:
+    """Each named precondition's formula (``proofs.theorems``) on ``s``, on one solver."""
     from proofs.theorems import precondition_formula
 
     enc = Enc(bound=_bound(s))
     cfg = concrete_config(s)
     d = derive(enc, cfg, get_semantics(s.semantics))
-    formula = precondition_formula(name, enc, cfg, d)
-    return _sat([*enc.cons, formula])
+    formulas = {name: precondition_formula(name, enc, cfg, d) for name in names}
+    solver = z3.Solver()
+    solver.add(*enc.cons)  # built with every formula: their helpers' definitions
+    return {name: _sat([f], solver) for name, f in formulas.items()}
 
 
 def encode_scenario(s: Scenario, passes: int, mod: ModuleType = encoding_module,
@@ -118,7 +131,8 @@ def encode_scenario(s: Scenario, passes: int, mod: ModuleType = encoding_module,
     res = mod.result_of(enc, cfg, d, sem, st)
     loads = mod.load_plan(enc, cfg, d, res.hit)
     solver = z3.Solver()
-    solver.add(*enc.cons, mod.finished(st))
+    base = list(enc.cons)
+    solver.add(*base, mod.finished(st))
     if solver.check() != z3.sat:
         raise AssertionError(f"encoding has no run for {s}")
     m = solver.model()
@@ -143,14 +157,19 @@ def encode_scenario(s: Scenario, passes: int, mod: ModuleType = encoding_module,
                    if thm.violation is not None}
     h = z3.Int("candidate_hit")
     valid_formula = valid_hit(ctx, h)
-    violated = frozenset(name for name, f in formulas_of.items()
-                         if _sat([*enc.cons, mod.finished(st), f]))
+    solver.add(*enc.cons[len(base):])  # the formulas' helpers' definitions
+    violated = frozenset(name for name, f in formulas_of.items() if _sat([f], solver))
     valid: set[int] = set()
-    query = [*enc.cons, mod.finished(st), valid_formula]
-    # enumerate every candidate the formula accepts (at most num_tokens of them)
-    while len(valid) <= s.num_tokens and _sat(query + [z3.And([h != v for v in valid])]):
-        vs = z3.Solver()
-        vs.add(*query, *[h != v for v in valid])
-        vs.check()
-        valid.add(vs.model().eval(h, model_completion=True).as_long())
+    solver.add(valid_formula)
+    # enumerate every candidate the formula accepts (at most num_tokens of them), each
+    # found one excluded from then on
+    while len(valid) <= s.num_tokens:
+        answer = solver.check()
+        if answer == z3.unknown:
+            raise AssertionError("conformance query: solver returned unknown")
+        if answer == z3.unsat:
+            break
+        v = solver.model().eval(h, model_completion=True).as_long()
+        valid.add(v)
+        solver.add(h != v)
     return Encoded(None if deferred else hit, out, unique, violated, frozenset(valid))

@@ -45,11 +45,31 @@ class Store:
 
     def confirmed(self, i: z3.ArithRef) -> z3.BoolRef:
         """``lookup`` returns True: stored and not deferred."""
-        return z3.And(self.stored(i), z3.Not(self.deferred(i)))
+        stored, deferred = self.stored(i), self.deferred(i)
+        s, d = _literal(stored), _literal(deferred)
+        if s is not None and d is not None:  # a concrete store (proofs.conformance)
+            return z3.BoolVal(s and not d)
+        return z3.And(stored, z3.Not(deferred))
 
     def not_false(self, i: z3.ArithRef) -> z3.BoolRef:
         """``lookup`` does not return False (True or None)."""
-        return z3.Or(self.stored(i), self.deferred(i))
+        stored, deferred = self.stored(i), self.deferred(i)
+        s, d = _literal(stored), _literal(deferred)
+        if s is not None and d is not None:
+            return z3.BoolVal(s or d)
+        return z3.Or(stored, deferred)
+
+
+_LITERALS: dict[int, bool] = {}
+
+
+def _literal(b: z3.BoolRef) -> bool | None:
+    """``b``'s value if it is the literal True or False (only a concrete store answers
+    so: the bounded encoding then leaves out instances that cannot matter), else None.
+    By id: the two literals are hash-consed, and this runs for every block instance."""
+    if not _LITERALS:
+        _LITERALS.update({z3.BoolVal(True).get_id(): True, z3.BoolVal(False).get_id(): False})
+    return _LITERALS.get(b.get_id())
 
 
 @dataclass(frozen=True)
@@ -140,7 +160,10 @@ class Enc:
     facts: list[_Fact] = field(default_factory=list)
     # extra block indices to instantiate store facts at (per store group name)
     hints: dict[str, list[z3.ArithRef]] = field(default_factory=dict)
-    memo: dict[tuple[str, str, str], z3.ArithRef] = field(default_factory=dict)
+    # (kind, x's id, d's id) -> (x, d, quotient): x and d are kept so their ids stay theirs
+    memo: dict[tuple[str, int, int], tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef]] = field(
+        default_factory=dict)
+    inst: dict[Pred, list[tuple[int, z3.BoolRef, bool | None]]] = field(default_factory=dict)
 
     def fresh_int(self, name: str) -> z3.ArithRef:
         return z3.Int(f"{name}!{next(self.counter)}")
@@ -153,29 +176,33 @@ class Enc:
 
     def floordiv(self, x: z3.ArithRef, d: z3.ArithRef, name: str = "q") -> z3.ArithRef:
         """``x // d`` for ``d > 0`` (one symbol per distinct ``x`` and ``d``)."""
-        key = ("floor", x.sexpr(), d.sexpr())
+        key = ("floor", x.get_id(), d.get_id())  # equal terms share an id (hash-consed)
         if key not in self.memo:
             q = self.fresh_int(name)
             self.add(q * d <= x, x < (q + 1) * d)
-            self.memo[key] = q
-        return self.memo[key]
+            self.memo[key] = (x, d, q)
+        return self.memo[key][2]
 
     def cdiv(self, x: z3.ArithRef, d: z3.ArithRef, name: str = "c") -> z3.ArithRef:
         """``cdiv(x, d)`` (vllm/utils/math_utils.py) for ``d > 0`` (one symbol per
         distinct ``x`` and ``d``, so the solver need not prove two quotients equal)."""
-        key = ("ceil", x.sexpr(), d.sexpr())
+        key = ("ceil", x.get_id(), d.get_id())  # equal terms share an id (hash-consed)
         if key not in self.memo:
             q = self.fresh_int(name)
             self.add((q - 1) * d < x, x <= q * d)
-            self.memo[key] = q
-        return self.memo[key]
+            self.memo[key] = (x, d, q)
+        return self.memo[key][2]
 
     def forall(self, lo: z3.ArithRef, hi: z3.ArithRef,
                body: Callable[[z3.ArithRef], z3.BoolRef]) -> z3.BoolRef:
         """``for every i in [lo, hi): body(i)``."""
         if self.bound is not None:
-            return z3.And([z3.Implies(z3.And(lo <= c, c < hi), body(z3.IntVal(c)))
-                           for c in range(self.bound)])
+            out = []
+            for c in range(self.bound):
+                b = body(z3.IntVal(c))
+                if _literal(b) is not True:  # a concrete store: an instance that holds goes
+                    out.append(z3.Implies(z3.And(lo <= c, c < hi), b))
+            return z3.And(out)
         fact = _Fact(self.fresh_bool("forall"), lo, hi, body, self.fresh_int("breaks_at"))
         self.facts.append(fact)
         return fact.handle
@@ -184,10 +211,26 @@ class Enc:
                    skolem: z3.FuncDeclRef) -> z3.BoolRef:
         """``some q in [p, p + v) has not ok(q)``; ``skolem(p)`` names it in proof mode."""
         if self.bound is not None:
-            return z3.Or([z3.And(p <= c, c < p + v, z3.Not(ok(z3.IntVal(c))))
-                          for c in range(self.bound)])
+            gaps = []
+            first = p.as_long() if z3.is_int_value(p) else None
+            for c, b, known in self.instances(ok):
+                if known is None:
+                    gaps.append(z3.And(p <= c, c < p + v, z3.Not(b)))
+                elif not known and (first is None or first <= c):
+                    # a concrete store's gap (an instance that cannot hold goes)
+                    gaps.append(z3.And(p <= c, c < p + v))
+            return z3.Or(gaps)
         q = skolem(p)
         return z3.And(p <= q, q < p + v, z3.Not(ok(q)))
+
+    def instances(self, pred: Pred) -> list[tuple[int, z3.BoolRef, bool | None]]:
+        """``pred`` at every block index below the bound: (index, term, its literal
+        value or None), built once per predicate (a window scan asks for it per start)."""
+        assert self.bound is not None
+        if pred not in self.inst:
+            terms = [pred(z3.IntVal(c)) for c in range(self.bound)]
+            self.inst[pred] = [(c, t, _literal(t)) for c, t in enumerate(terms)]
+        return self.inst[pred]
 
     def grounded(self, query: Sequence[z3.BoolRef]) -> list[z3.BoolRef]:
         """The facts' constraints: each instantiated at every index that the query (and

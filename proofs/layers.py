@@ -142,7 +142,9 @@ def lemma_valid(sem: Semantics, assumed: Sequence[str], kind: str, part: int,
         assert mode is not None
         ld = load_plan(enc, cfg, d, h, [0])[0]
         claim = [d.align_on, mode == MODE_ALIGN, z3.Not(aligned_end),
-                 ld.lo >= ld.hi if part == 4 else ld.lo < ld.hi]
+                 ld.lo >= ld.hi if part == 4 else ld.lo < ld.hi,
+                 # the align size is the group's offloaded block size: one quotient
+                 _congruent(enc, end, d.align, d.obs[0], "end_blocks", "load_end0")]
     else:  # arithmetic: a multiple of A below prompt - 1 is below round_down(prompt - 1, A)
         return _finish(enc, pre + [d.align_on, aligned_end, h > 0, end <= cfg.prompt - 1,
                                    z3.Not(fact("valid-below-m0", end, m0))])
@@ -156,6 +158,21 @@ def nested_division(ceiling: bool, rich: bool = False) -> list[z3.BoolRef]:
     enc = Enc()
     div = enc.cdiv if ceiling else enc.floordiv
     return enc.cons + [a > 0, b > 0, div(div(x, a), b) != div(x, a * b)]
+
+
+def congruent_division(rich: bool = False) -> list[z3.BoolRef]:
+    """cdiv(x, a) == cdiv(x, b) for a == b > 0: the quotient does not depend on how the
+    divisor is written (the encoding names one symbol per distinct term)."""
+    x, a, b = z3.Ints("x a b")
+    enc = Enc()
+    qa, qb = enc.cdiv(x, a), enc.cdiv(x, b)
+    return enc.cons + [a > 0, a == b, qa != qb]
+
+
+def _congruent(enc: Enc, x: z3.ArithRef, a: z3.ArithRef, b: z3.ArithRef,
+               a_name: str, b_name: str) -> z3.BoolRef:
+    """An instance of lemma congruent-division."""
+    return z3.Implies(a == b, enc.cdiv(x, a, a_name) == enc.cdiv(x, b, b_name))
 
 
 def _monotone(x: z3.ArithRef, y: z3.ArithRef, b: z3.ArithRef) -> z3.BoolRef:
@@ -228,6 +245,8 @@ ARITHMETIC: list[Query] = [
     ("lemma (x // a) // b == x // (a * b)", partial(nested_division, False)),
     ("lemma cdiv(cdiv(x, a), b) == cdiv(x, a * b)", partial(nested_division, True)),
     ("lemma window-start", window_start_lemma),
+    ("lemma congruent-division: a == b > 0 gives cdiv(x, a) == cdiv(x, b)",
+     congruent_division),
 ]
 
 
