@@ -98,10 +98,9 @@ def witness(thm_name: str, sem: Semantics, assumed: Sequence[str], timeout_ms: i
         if left <= 0:
             break
         s, cfg, hit, cand = _query(sem, assumed, maximal, gpu, factor, passes)
-        s.set("timeout", left)
-        if s.check() != z3.sat:
+        m = _solve_alone(s, left)
+        if m is None:
             continue
-        m = s.model()
         scen = scenario_from_model(m, cfg, sem)
         z_hit = m.eval(hit, model_completion=True).as_long()
         z_cand = None if cand is None else m.eval(cand, model_completion=True).as_long()
@@ -114,6 +113,19 @@ def witness(thm_name: str, sem: Semantics, assumed: Sequence[str], timeout_ms: i
                    note=f"no run with a non-zero hit and a Mamba state load satisfies the "
                         f"premises (within {PASSES} passes, {BLOCKS} blocks per group, "
                         f"block sizes 1-2): the proof may be vacuous")
+
+
+def _solve_alone(s: z3.Solver, timeout_ms: int) -> z3.ModelRef | None:
+    """A model of ``s``'s assertions, solved in a fresh Z3 context: the model Z3 picks
+    depends on its terms' ids, which in the shared context depend on every query this
+    process built before; in a fresh one only on the query (same input, same witness)."""
+    ctx = z3.Context()
+    alone = z3.Solver(ctx=ctx)
+    alone.set("timeout", timeout_ms)
+    alone.add(*(a.translate(ctx) for a in s.assertions()))
+    if alone.check() != z3.sat:
+        return None
+    return alone.model().translate(z3.main_ctx())
 
 
 def replay(scenario: dict[str, Any], hit: int, valid: int | None) -> str:
