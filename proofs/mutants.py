@@ -47,12 +47,18 @@ class Mutant:
     model: tuple[Edit, ...]
     encoding: tuple[Edit, ...] = ()
     killer: str | None = None  # the theorem that must kill it (a proved property changes)
+    # the tests expected to kill it (pytest node ids), run before the whole default suite
+    tests: tuple[str, ...] = ()
+    # the killer theorem checked with this precondition dropped: the release's proofs show
+    # it necessary (a counterexample without it); the mutant makes it unnecessary (PROVED)
+    without: str | None = None
 
 
 L = "model.lookup"
 LP = "model.load_plan"
 LY = "model.layout"
 E = "proofs.encoding"
+AB = "proofs.abstract"  # the layered proof's loop: its own copy of the loop's control
 
 
 def _e(module: str, function: str, old: str, new: str) -> Edit:
@@ -97,7 +103,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("align-gpu-block-size", "aligned to the GPU block size, not the offloaded one",
            (_e(LY, "_mamba_align_size", "return align_groups[-1].gpu_block_size * cp * "
                "s.block_size_factor", "return align_groups[-1].gpu_block_size * cp"),),
-           (_e(E, "derive", "align = obs[aligned[0]]", "align = cfg.gpu[aligned[0]]"),),
+           (_e(E, "derive", "align = obs[aligned[0]]", "align = cfg.gpu[aligned[0]]"),
+            # the layered proof's queries see the align size through an Env
+            _e(E, "derive", "align = env.align_gpu * cfg.factor", "align = env.align_gpu"),
+            _e(E, "derive", "align = z3.If(mode == MODE_ALIGN, obs[g], align)",
+               "align = z3.If(mode == MODE_ALIGN, cfg.gpu[g], align)")),
            "no-partial-state"),
     Mutant("align-all-mode-too", "mode all rounded as well as align (upstream's later fix)",
            (_e(LY, "_mamba_align_size", 'g.mamba_cache_mode == "align"',
@@ -107,7 +117,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("key-clamp-dropped", "no min(max_hit_size_tokens, num_keys * obs) clamp",
            (_e(L, "lookup", "max_hit_size_tokens = min(max_hit_size_tokens, num_keys * obs)",
                "max_hit_size_tokens = max_hit_size_tokens"),),
-           (_e(E, "group_step", "m1 = zmin(st.m, d.cap[g])", "m1 = st.m"),)),
+           (_e(E, "group_step", "m1 = zmin(st.m, d.cap[g])", "m1 = st.m"),
+            _e(AB, "turn", "m1 = z3.If(s.m <= lp.cap(g), s.m, lp.cap(g))", "m1 = s.m"))),
     Mutant("num-blocks-key-min-dropped", "num_blocks not capped by the key count",
            (_e(L, "lookup", "num_blocks = min(cdiv(query_max, obs), num_keys)",
                "num_blocks = cdiv(query_max, obs)"),),
@@ -121,14 +132,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("too-short-le", "the one-block check uses <= (a hit of exactly one block is 0)",
            (_e(L, "lookup", "if max_hit_size_tokens - num_computed_tokens < obs:",
                "if max_hit_size_tokens - num_computed_tokens <= obs:"),),
-           (_e(E, "group_step", "too_short = m1 - nc < obs", "too_short = m1 - nc <= obs"),),
+           (_e(E, "group_step", "too_short = m1 - nc < obs", "too_short = m1 - nc <= obs"),
+            _e(AB, "turn", "too_short = m1 - lp.nc < lp.obs(g)",
+               "too_short = m1 - lp.nc <= lp.obs(g)")),
            "maximality"),
     Mutant("shrank-check-dropped", "no return 0 when the hit shrinks below one block",
            (_e(L, "lookup", "if new_num_hit_tokens < obs:  # scheduler.py:562",
                "if False:  # scheduler.py:562"),),
            # the proofs lose whole-blocks (UNKNOWN within 300 s: the bounded search does
            # not reach the factor-2 counterexample); a test kills it
-           (_e(E, "group_step", "shrank = new_hit < obs", "shrank = z3.BoolVal(False)"),)),
+           (_e(E, "group_step", "shrank = new_hit < obs", "shrank = z3.BoolVal(False)"),
+            _e(AB, "turn", "shrank = new_hit < lp.obs(g)", "shrank = z3.BoolVal(False)"))),
     Mutant("cut-off-by-one", "the hit ends one block past the last hit block",
            (_e(L, "lookup", "obs * (start_block_idx + num_hit_blocks)",
                "obs * (start_block_idx + num_hit_blocks + 1)"),),
@@ -138,32 +152,37 @@ MUTANTS: tuple[Mutant, ...] = (
            (_e(L, "lookup", "if new_num_hit_tokens < num_hit_tokens:",
                "if new_num_hit_tokens <= num_hit_tokens:"),),
            (_e(E, "group_step", "tightened = new_hit < st.num_hit",
-               "tightened = new_hit <= st.num_hit"),),
+               "tightened = new_hit <= st.num_hit"),
+            _e(AB, "turn", "tightened = new_hit < s.num_hit", "tightened = new_hit <= s.num_hit")),
            "termination"),
     Mutant("sliding-rerun-dropped", "sliding-window groups not looked at again after the "
            "hit shrinks",
            (_e(L, "lookup", "lookup_groups = layout.sliding_window_groups",
                "lookup_groups = ()"),),
-           (_e(E, "group_step", "next_sw = z3.And(tightened,", "next_sw = z3.And(False,"),),
+           (_e(E, "group_step", "next_sw = z3.And(tightened,", "next_sw = z3.And(False,"),
+            _e(AB, "turn", "next_sw = z3.And(tightened,", "next_sw = z3.And(False,")),
            "loads-stored-only"),
     Mutant("looked-flag-never-set", "looked_up_sliding_window never set",
            (_e(L, "lookup", "looked_up_sliding_window |= window is not None",
                "looked_up_sliding_window |= False"),),
            (_e(E, "group_step", "looked=z3.Or(st.looked, z3.BoolVal(d.win[g] is not None))",
-               "looked=st.looked"),),
+               "looked=st.looked"),
+            _e(AB, "turn", "looked=z3.Or(s.looked, windowed)", "looked=s.looked")),
            "loads-stored-only"),
     Mutant("deferred-rerun-dropped", "after a deferral, a shrinking hit does not re-run "
            "every group",
            (_e(L, "lookup", "                    lookup_groups = layout.lookup_groups\n",
                "                    lookup_groups = ()\n"),),
            (_e(E, "group_step", "next_all = z3.And(tightened, defer)",
-               "next_all = z3.And(False, defer)"),)),
+               "next_all = z3.And(False, defer)"),
+            _e(AB, "turn", "next_all = z3.And(tightened, defer)",
+               "next_all = z3.And(False, defer)"))),
     Mutant("deferred-returned-as-hit", "a deferred lookup answers its hit instead of None",
            (_e(L, "lookup", "if defer_lookup:  # scheduler.py:582", "if False:  # :582"),),
            (_e(E, "result_of", "z3.Or(st.defer, z3.And(cfg.prefix_caching",
                "z3.Or(False, z3.And(cfg.prefix_caching"),
             # the abstract loop's summary then has to hold for deferred ends as well
-            _e("proofs.abstract", "summary",
+            _e(AB, "summary",
                "z3.Implies(z3.And(z3.Not(s.halted), z3.Not(s.defer)), facts)",
                "z3.Implies(z3.Not(s.halted), facts)")),
            "loads-stored-only"),
@@ -288,6 +307,7 @@ def applied(name: str | None) -> Iterator[Mutant | None]:
     for e in m.model + m.encoding:
         by_fn.setdefault((e.module, e.function), []).append(e)
     undo: list[tuple[Any, str, Any]] = []
+    _forget_proofs()
     try:
         for (mod_name, fn), edits in by_fn.items():
             module = importlib.import_module(mod_name)
@@ -297,6 +317,15 @@ def applied(name: str | None) -> Iterator[Mutant | None]:
     finally:
         for mod, attr, old in reversed(undo):
             setattr(mod, attr, old)
+        _forget_proofs()
+
+
+def _forget_proofs() -> None:
+    """Queries proved in this process were proved of other code (the unmutated lookup
+    or another mutant): ``proofs.check`` must not skip them under this one."""
+    check = sys.modules.get("proofs.check")
+    if check is not None:
+        check._PROVED.clear()
 
 
 # ---- equivalent mutants: a Z3 proof that the mutated step computes the same value -------
