@@ -137,6 +137,8 @@ def _pytest(m: Mutant, selection: list[str], limit_s: int) -> str:
         return f"killed: the suite ran past {limit_s}s"
     if r.returncode == 0:
         return "survived"
+    if r.returncode in (4, 5):  # a usage error or no test collected: nothing ran
+        return f"survived (not run: pytest exit {r.returncode}: {' '.join(selection)})"
     failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", r.stdout, re.M)
     first = failed[0] if failed else f"pytest exit {r.returncode}"
     if "Timeout >" in r.stdout:  # pytest-timeout: slow (a loaded machine), not wrong
