@@ -262,8 +262,9 @@ MUTANTS: tuple[Mutant, ...] = (
            (_e(LP, "num_skipped_tokens", "return num_computed_tokens - 1",
                "return num_computed_tokens"),),
            (_e(E, "load_plan", "skipped = end - 1", "skipped = end"),),
-           # the Mamba group then loads nothing: no state restored, so I1 holds
-           tests=(GOLDEN,)),
+           # the Mamba group then loads nothing: no state restored, so I1 holds, but a hit
+           # that does restore the state is then valid and larger
+           "maximality", tests=(GOLDEN,)),
     Mutant("factor-check-dropped", "start-up accepts block_size_factor != 1 with mixed GPU "
            "block sizes (base.py:507)",
            (_e(LY, "resolve_layout", "if s.block_size_factor != 1 and len(",
