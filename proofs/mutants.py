@@ -144,14 +144,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("shrank-check-dropped", "no return 0 when the hit shrinks below one block",
            (_e(L, "lookup", "if new_num_hit_tokens < obs:  # scheduler.py:562",
                "if False:  # scheduler.py:562"),),
-           # whole-blocks is no longer proved (a loop obligation fails), but a hit shrunk
-           # below a block in a group's turn is caught by the next group's or the windowed
-           # re-run's one-block check, so it survives only when the last group of a layout
-           # without a sliding-window group shrinks it: the counterexample search's
-           # template (full attention, sliding window, Mamba) cannot; a test kills it
+           # a hit shrunk below a block is caught by the next group's one-block check or a
+           # window group's re-run; it survives when the last group of a layout without a
+           # sliding-window group shrinks it (the search's second layout, FA + Mamba)
            (_e(E, "group_step", "shrank = new_hit < obs", "shrank = z3.BoolVal(False)"),
             _e(AB, "turn", "shrank = new_hit < lp.obs(g)", "shrank = z3.BoolVal(False)")),
-           tests=(GAPS + "test_hit_shrunk_below_one_block_is_zero",)),
+           "whole-blocks", tests=(GAPS + "test_hit_shrunk_below_one_block_is_zero",)),
     Mutant("cut-off-by-one", "the hit ends one block past the last hit block",
            (_e(L, "lookup", "obs * (start_block_idx + num_hit_blocks)",
                "obs * (start_block_idx + num_hit_blocks + 1)"),),
