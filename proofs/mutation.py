@@ -8,11 +8,16 @@ For every mutant of ``proofs.mutants`` (applied to model and encoding together):
   proof obligation;
 - the cross-check against the GPU measurements (``sim/gpu/results``: the real vLLM 0.23.0
   and 0.24.0 engines on an H200): killed when the model's hit disagrees, unexplained;
-- the default test suite in a subprocess (``OLC_MUTANT`` set; tests/conftest.py applies
-  it), first failing test; pytest-timeout turns a mutant that loops into a failure.
+- the tests the catalogue names for it (``Mutant.tests``), then the default test suite,
+  in a subprocess (``OLC_MUTANT`` set; tests/conftest.py applies it): the first failing
+  test; pytest-timeout turns a mutant that loops into a failure.
 
-A mutant is killed when any of them kills it, and one with a ``killer`` must be killed by
-that theorem. The run ends with one verdict line; exit 0 only if every mutant is killed.
+Each mutant runs in a fresh process with an empty proof cache (``proofs.check`` skips
+queries it proved before: proved of other code, they would hide a kill), cheapest check
+first, stopping at the first kill (``--all-checks``: every check). A mutant is killed
+when any of them kills it, and one with a ``killer`` must be killed by that theorem. The
+run ends with one verdict line; exit 0 only if every mutant is killed or proved
+equivalent.
 """
 
 from __future__ import annotations
