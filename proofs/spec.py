@@ -292,6 +292,13 @@ def all_semantics() -> dict[str, Semantics]:
     return dict(known)
 
 
+def columns() -> dict[str, Semantics]:
+    """The first screen's columns: the newest release (vLLM 0.33.0, the one reviewers
+    work on) and its fixes first, then the older releases and their alternatives."""
+    known = all_semantics()
+    return dict(sorted(known.items(), key=lambda kv: (not kv[1].chunked,)))
+
+
 def releases() -> tuple[str, ...]:
     """The vLLM releases that have a semantics and cited lines, oldest first."""
     modelled = {s.base_version for s in all_semantics().values()}
@@ -344,13 +351,14 @@ def matrix(results: Results) -> list[dict[str, Any]]:
     names = list(dict.fromkeys([*THEOREMS, *(r["theorem"] for r in results.rows)]))
     for name in names:
         cells = []
-        for sem in all_semantics():
+        for sem in columns():
             r = results.row(name, sem)
             if r is None:
                 cells.append(_cell(None, None, False, None) | {"accepted": None})
                 continue
             cell = _cell(r["expected"], str(r["status"]), bool(r["matches"]),
                          _anchor_of(results, name, sem, ""))
+            cell["bounded"] = bool(r.get("scope"))
             acc = r.get("over_accepted_layouts") or {}
             apart = bool(acc) and bool(r["preconditions"]) and (
                 acc.get("status") != r["status"] or acc.get("expected") != r["expected"])
@@ -482,7 +490,7 @@ def context(code: CodeFacts, results: Results, env: jinja2.Environment) -> dict[
     return {
         "code": code, "results": results, "releases": shown_releases(results),
         "all_releases": releases(),
-        "newest": proved_release(results), "semantics": all_semantics(), "theorems": THEOREMS,
+        "newest": proved_release(results), "semantics": columns(), "theorems": THEOREMS,
         "matrix": matrix(results), "preconditions": preconditions(results, env),
         "guarantee": _guarantee_rows(results), "scope": scope(results),
         "findings": findings(),
