@@ -392,9 +392,9 @@ def guarantee_releases(results: Results) -> tuple[str, ...]:
 
 
 def _guarantee_rows(results: Results) -> dict[str, dict[str, Any]]:
-    """Each precondition of the rows of the newest release with results: which theorems
-    assume it, whether a counterexample shows it necessary, whether it is a proof scope."""
-    newest = proved_release(results)
+    """Each precondition of the rows of ``guarantee_releases``: which theorems assume it
+    (on which release), whether a counterexample shows it necessary, whether it is a
+    proof scope."""
     out: dict[str, dict[str, Any]] = {}
     for r in results.rows:
         if r["semantics"] not in guarantee_releases(results):
