@@ -87,13 +87,20 @@ def loads_stored_only(s: Scenario, layout: AnyLayout, hit: int,
         if isinstance(layout, ChunkLayout):  # 0.33.0: a key per chunk, checked one by one
             missing = [b for b in load.blocks if not _holds(s, layout, load.group, b)]
             count = len(missing)
-        elif g.stored is None:
-            continue
         else:
-            stored = g.stored
-            count = len(load.blocks) - sum(b in load.blocks for b in stored)
-            # the first few missing blocks: each step past one skips a stored block
-            missing = list(itertools.islice((b for b in load.blocks if b not in stored), 8))
+            # a block past the request's last offload key (scheduler.py:268) is never
+            # stored, whatever the scenario lists ("all" included)
+            keys = s.num_tokens // layout.groups[load.group].offloaded_block_size
+            r = range(load.blocks[0], load.blocks[-1] + 1) if load.blocks else range(0)
+            if g.stored is None:
+                missing_r = range(max(r.start, keys), r.stop)
+                count = len(missing_r)
+                missing = list(missing_r[:8])
+            else:
+                held = frozenset(b for b in g.stored if b < keys)
+                count = len(r) - sum(b in r for b in held)
+                # the first few missing blocks: each step past one skips a held block
+                missing = list(itertools.islice((b for b in r if b not in held), 8))
         if count:
             more = f" and {count - len(missing)} more" if count > len(missing) else ""
             out.append(Violation(

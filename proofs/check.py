@@ -27,6 +27,7 @@ from model.scenario import parse_scenario
 from model.semantics import Semantics, get_semantics
 from proofs.abstract import obligations
 from proofs.encoding import (
+    FA,
     MAMBA,
     MODES,
     SW,
@@ -90,9 +91,9 @@ class Problem:
 
 
 def _problem(thm: Theorem, sem: Semantics, assumed: Sequence[str],
-             bound: int | None = None) -> Problem:
+             bound: int | None = None, kinds: Sequence[str] = TEMPLATE) -> Problem:
     enc = Enc(bound=bound)
-    cfg = symbolic_config(TEMPLATE)
+    cfg = symbolic_config(kinds)
     d = derive(enc, cfg, sem)
     init = initial_state(enc, cfg, d, sem)
     m0 = init.m
@@ -236,15 +237,20 @@ def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
 
 
 Sizes = tuple[tuple[int, ...], int]  # GPU block sizes per group, block_size_factor
+# the layouts the counterexample search unrolls, in order: the template, then one without
+# a sliding-window group (there a hit the last group shrinks is not re-checked by a
+# window group's re-run, scheduler.py:574)
+SEARCH_KINDS: tuple[tuple[str, ...], ...] = (TEMPLATE, (FA, MAMBA))
 
 
-def size_space(max_block: int = 3, max_factor: int = 3) -> list[Sizes]:
+def size_space(max_block: int = 3, max_factor: int = 3,
+               kinds: Sequence[str] = TEMPLATE) -> list[Sizes]:
     """Small concrete layouts the start-up checks accept, simplest first."""
     out: list[Sizes] = []
     rng = range(1, max_block + 1)
-    for gpu in itertools.product(rng, repeat=len(TEMPLATE)):
+    for gpu in itertools.product(rng, repeat=len(kinds)):
         same = len(set(gpu)) == 1
-        mamba_ok = all(gpu[g] == min(gpu) for g, k in enumerate(TEMPLATE) if k == MAMBA)
+        mamba_ok = all(gpu[g] == min(gpu) for g, k in enumerate(kinds) if k == MAMBA)
         if not (same or mamba_ok):
             continue  # kv_cache_utils.py:655 then base.py:493 refuse it
         for f in range(1, max_factor + 1):
@@ -256,11 +262,12 @@ def size_space(max_block: int = 3, max_factor: int = 3) -> list[Sizes]:
 def bmc(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int,
         passes: int = BMC_PASSES, bound: int = BMC_BLOCKS, sizes: Sizes | None = None,
         extra: Callable[[Config], list[z3.BoolRef]] | None = None,
+        kinds: Sequence[str] = TEMPLATE,
         ) -> tuple[z3.CheckSatResult, Problem, z3.Solver | None]:
     """Exact unrolling of up to ``passes`` passes (at most ``bound`` offloaded blocks per
     group; with ``sizes`` the block sizes are fixed, which keeps the arithmetic linear),
     asking for a violation."""
-    p = _problem(thm, sem, assumed, bound)
+    p = _problem(thm, sem, assumed, bound, kinds)
     if sizes is not None:
         p.premises += [b == v for b, v in zip(p.cfg.gpu, sizes[0], strict=True)]
         p.premises.append(p.cfg.factor == sizes[1])
@@ -412,7 +419,8 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
                    sizes: Sequence[Sizes] | None = None) -> Verdict:
     """The least counterexample to ``thm`` among requests the release's engine can
     produce (its start-up checks and request rules, ``RUNTIME``, are constraints of the
-    search), under a total order: smallest prompt, then block sizes (``size_space``'s
+    search), under a total order: the layouts of ``SEARCH_KINDS`` in order (the next only
+    when the one before has none), smallest prompt, then block sizes (``size_space``'s
     order), then the rest (``_pin``). Replayed through model/: COUNTEREXAMPLE only when
     the model reproduces it. A maximality counterexample carries the largest valid hit
     the model finds (``valid_hit``)."""
@@ -421,32 +429,36 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
     assumed = tuple(dict.fromkeys((*RUNTIME, *assumed)))
     best: tuple[int, Sizes, int] | None = None
     unknown = False
-    for passes in range(1, BMC_PASSES + 1):  # most counterexamples need one pass
-        for layout in sizes or size_space():
-            left = int((deadline - time.monotonic()) * 1000)
-            if left <= 0:
-                unknown = True
+    kinds: Sequence[str] = TEMPLATE
+    for kinds in (TEMPLATE,) if sizes else SEARCH_KINDS:
+        for passes in range(1, BMC_PASSES + 1):  # most counterexamples need one pass
+            for layout in sizes or size_space(kinds=kinds):
+                left = int((deadline - time.monotonic()) * 1000)
+                if left <= 0:
+                    unknown = True
+                    break
+                hi = best[0] - 1 if best else None
+                res, p, solver = bmc(thm, sem, assumed, min(left, 4 * PIN_MS), passes,
+                                     sizes=layout, kinds=kinds,
+                                     extra=None if hi is None else partial(_prompt_at_most, hi))
+                if res == z3.unknown:
+                    unknown = True
+                if solver is None:
+                    continue
+                found = _int(solver.model(), p.cfg.prompt)
+                lo = 1
+                while lo < found:  # binary search for this layout's smallest prompt
+                    mid = (lo + found) // 2
+                    res, p, solver = bmc(thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout,
+                                         kinds=kinds, extra=partial(_prompt_at_most, mid))
+                    if solver is not None:
+                        found = _int(solver.model(), p.cfg.prompt)
+                    else:
+                        unknown |= res == z3.unknown
+                        lo = mid + 1
+                best = (found, layout, passes)
+            if best is not None:
                 break
-            hi = best[0] - 1 if best else None
-            res, p, solver = bmc(thm, sem, assumed, min(left, 4 * PIN_MS), passes,
-                                 sizes=layout,
-                                 extra=None if hi is None else partial(_prompt_at_most, hi))
-            if res == z3.unknown:
-                unknown = True
-            if solver is None:
-                continue
-            found = _int(solver.model(), p.cfg.prompt)
-            lo = 1
-            while lo < found:  # binary search for this layout's smallest prompt
-                mid = (lo + found) // 2
-                res, p, solver = bmc(thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout,
-                                     extra=partial(_prompt_at_most, mid))
-                if solver is not None:
-                    found = _int(solver.model(), p.cfg.prompt)
-                else:
-                    unknown |= res == z3.unknown
-                    lo = mid + 1
-            best = (found, layout, passes)
         if best is not None:
             break
     if best is None:
@@ -454,9 +466,11 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
         return Verdict("UNKNOWN", time.monotonic() - t0,
                        note=f"no proof, and no counterexample ({why}) within {BMC_PASSES} "
                             f"passes, {BMC_BLOCKS} blocks per group and small block sizes, "
-                            "among requests the engine can produce")
+                            "in the layouts "
+                            + " and ".join(f"({', '.join(k)})" for k in SEARCH_KINDS)
+                            + ", among requests the engine can produce")
     prompt, layout, passes = best
-    res, p, solver = bmc(thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout,
+    res, p, solver = bmc(thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout, kinds=kinds,
                          extra=lambda c: [c.prompt == prompt])
     if solver is None:
         return Verdict("UNKNOWN", time.monotonic() - t0, note="counterexample lost on re-solve")

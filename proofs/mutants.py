@@ -47,12 +47,17 @@ class Mutant:
     model: tuple[Edit, ...]
     encoding: tuple[Edit, ...] = ()
     killer: str | None = None  # the theorem that must kill it (a proved property changes)
+    # the tests expected to kill it (pytest node ids), run before the whole default suite
+    tests: tuple[str, ...] = ()
 
 
 L = "model.lookup"
 LP = "model.load_plan"
 LY = "model.layout"
 E = "proofs.encoding"
+GOLDEN = "tests/test_golden.py::test_model_gives_the_real_schedulers_recorded_answers"
+GAPS = "tests/test_mutant_gaps.py::"
+AB = "proofs.abstract"  # the layered proof's loop: its own copy of the loop's control
 
 
 def _e(module: str, function: str, old: str, new: str) -> Edit:
@@ -97,17 +102,27 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("align-gpu-block-size", "aligned to the GPU block size, not the offloaded one",
            (_e(LY, "_mamba_align_size", "return align_groups[-1].gpu_block_size * cp * "
                "s.block_size_factor", "return align_groups[-1].gpu_block_size * cp"),),
-           (_e(E, "derive", "align = obs[aligned[0]]", "align = cfg.gpu[aligned[0]]"),),
+           (_e(E, "derive", "align = obs[aligned[0]]", "align = cfg.gpu[aligned[0]]"),
+            # the layered proof's queries see the align size through an Env
+            _e(E, "derive", "align = env.align_gpu * cfg.factor", "align = env.align_gpu"),
+            _e(E, "derive", "align = z3.If(mode == MODE_ALIGN, obs[g], align)",
+               "align = z3.If(mode == MODE_ALIGN, cfg.gpu[g], align)")),
            "no-partial-state"),
     Mutant("align-all-mode-too", "mode all rounded as well as align (upstream's later fix)",
            (_e(LY, "_mamba_align_size", 'g.mamba_cache_mode == "align"',
                'g.mamba_cache_mode in ("align", "all")'),),
            (_e(E, "derive", "cfg.mode[g] == MODE_ALIGN for g in aligned",
-               "cfg.mode[g] != MODE_NONE for g in aligned"),)),
+               "cfg.mode[g] != MODE_NONE for g in aligned"),),
+           # no theorem changes under its preconditions (mamba-mode-not-all excludes
+           # 'all'); the real 0.24.0 answers do (mode 'all' is not rounded there)
+           tests=(GOLDEN,)),
     Mutant("key-clamp-dropped", "no min(max_hit_size_tokens, num_keys * obs) clamp",
            (_e(L, "lookup", "max_hit_size_tokens = min(max_hit_size_tokens, num_keys * obs)",
                "max_hit_size_tokens = max_hit_size_tokens"),),
-           (_e(E, "group_step", "m1 = zmin(st.m, d.cap[g])", "m1 = st.m"),)),
+           (_e(E, "group_step", "m1 = zmin(st.m, d.cap[g])", "m1 = st.m"),
+            _e(AB, "turn", "m1 = z3.If(s.m <= lp.cap(g), s.m, lp.cap(g))", "m1 = s.m")),
+           # the hits are the same; only a deferral answers where 0 was due
+           tests=(GAPS + "test_key_clamp_gives_zero_not_deferral",)),
     Mutant("num-blocks-key-min-dropped", "num_blocks not capped by the key count",
            (_e(L, "lookup", "num_blocks = min(cdiv(query_max, obs), num_keys)",
                "num_blocks = cdiv(query_max, obs)"),),
@@ -117,18 +132,24 @@ MUTANTS: tuple[Mutant, ...] = (
            (_e(L, "lookup", "start_block_idx = num_computed_tokens // obs  # scheduler.py:527",
                "start_block_idx = cdiv(num_computed_tokens, obs)  # scheduler.py:527"),),
            (_e(E, "exact_lookup", "s = d.start[g]  # scheduler.py:527",
-               's = enc.cdiv(cfg.computed, obs, f"start_up{g}")'),)),
+               's = enc.cdiv(cfg.computed, obs, f"start_up{g}")'),),
+           "loads-stored-only"),
     Mutant("too-short-le", "the one-block check uses <= (a hit of exactly one block is 0)",
            (_e(L, "lookup", "if max_hit_size_tokens - num_computed_tokens < obs:",
                "if max_hit_size_tokens - num_computed_tokens <= obs:"),),
-           (_e(E, "group_step", "too_short = m1 - nc < obs", "too_short = m1 - nc <= obs"),),
+           (_e(E, "group_step", "too_short = m1 - nc < obs", "too_short = m1 - nc <= obs"),
+            _e(AB, "turn", "too_short = m1 - lp.nc < lp.obs(g)",
+               "too_short = m1 - lp.nc <= lp.obs(g)")),
            "maximality"),
     Mutant("shrank-check-dropped", "no return 0 when the hit shrinks below one block",
            (_e(L, "lookup", "if new_num_hit_tokens < obs:  # scheduler.py:562",
                "if False:  # scheduler.py:562"),),
-           # the proofs lose whole-blocks (UNKNOWN within 300 s: the bounded search does
-           # not reach the factor-2 counterexample); a test kills it
-           (_e(E, "group_step", "shrank = new_hit < obs", "shrank = z3.BoolVal(False)"),)),
+           # a hit shrunk below a block is caught by the next group's one-block check or a
+           # window group's re-run; it survives when the last group of a layout without a
+           # sliding-window group shrinks it (the search's second layout, FA + Mamba)
+           (_e(E, "group_step", "shrank = new_hit < obs", "shrank = z3.BoolVal(False)"),
+            _e(AB, "turn", "shrank = new_hit < lp.obs(g)", "shrank = z3.BoolVal(False)")),
+           "whole-blocks", tests=(GAPS + "test_hit_shrunk_below_one_block_is_zero",)),
     Mutant("cut-off-by-one", "the hit ends one block past the last hit block",
            (_e(L, "lookup", "obs * (start_block_idx + num_hit_blocks)",
                "obs * (start_block_idx + num_hit_blocks + 1)"),),
@@ -138,32 +159,39 @@ MUTANTS: tuple[Mutant, ...] = (
            (_e(L, "lookup", "if new_num_hit_tokens < num_hit_tokens:",
                "if new_num_hit_tokens <= num_hit_tokens:"),),
            (_e(E, "group_step", "tightened = new_hit < st.num_hit",
-               "tightened = new_hit <= st.num_hit"),),
+               "tightened = new_hit <= st.num_hit"),
+            _e(AB, "turn", "tightened = new_hit < s.num_hit", "tightened = new_hit <= s.num_hit")),
            "termination"),
     Mutant("sliding-rerun-dropped", "sliding-window groups not looked at again after the "
            "hit shrinks",
            (_e(L, "lookup", "lookup_groups = layout.sliding_window_groups",
                "lookup_groups = ()"),),
-           (_e(E, "group_step", "next_sw = z3.And(tightened,", "next_sw = z3.And(False,"),),
+           (_e(E, "group_step", "next_sw = z3.And(tightened,", "next_sw = z3.And(False,"),
+            _e(AB, "turn", "next_sw = z3.And(tightened,", "next_sw = z3.And(False,")),
            "loads-stored-only"),
     Mutant("looked-flag-never-set", "looked_up_sliding_window never set",
            (_e(L, "lookup", "looked_up_sliding_window |= window is not None",
                "looked_up_sliding_window |= False"),),
            (_e(E, "group_step", "looked=z3.Or(st.looked, z3.BoolVal(d.win[g] is not None))",
-               "looked=st.looked"),),
+               "looked=st.looked"),
+            _e(AB, "turn", "looked=z3.Or(s.looked, windowed)", "looked=s.looked")),
            "loads-stored-only"),
     Mutant("deferred-rerun-dropped", "after a deferral, a shrinking hit does not re-run "
            "every group",
            (_e(L, "lookup", "                    lookup_groups = layout.lookup_groups\n",
                "                    lookup_groups = ()\n"),),
            (_e(E, "group_step", "next_all = z3.And(tightened, defer)",
-               "next_all = z3.And(False, defer)"),)),
+               "next_all = z3.And(False, defer)"),
+            _e(AB, "turn", "next_all = z3.And(tightened, defer)",
+               "next_all = z3.And(False, defer)")),
+           # the request stays deferred (None) either way: only the lookups differ
+           tests=(GAPS + "test_shrink_after_deferral_looks_at_every_group_again",)),
     Mutant("deferred-returned-as-hit", "a deferred lookup answers its hit instead of None",
            (_e(L, "lookup", "if defer_lookup:  # scheduler.py:582", "if False:  # :582"),),
            (_e(E, "result_of", "z3.Or(st.defer, z3.And(cfg.prefix_caching",
                "z3.Or(False, z3.And(cfg.prefix_caching"),
             # the abstract loop's summary then has to hold for deferred ends as well
-            _e("proofs.abstract", "summary",
+            _e(AB, "summary",
                "z3.Implies(z3.And(z3.Not(s.halted), z3.Not(s.defer)), facts)",
                "z3.Implies(z3.Not(s.halted), facts)")),
            "loads-stored-only"),
@@ -173,17 +201,22 @@ MUTANTS: tuple[Mutant, ...] = (
            (_e(E, "prefix_lookup", "enc.forall(s, s + r, lambda i: st.not_false(i)),\n"
                "        z3.Or(r == n, z3.Not(st.not_false(s + r))),",
                "enc.forall(s, s + r, lambda i: st.confirmed(i)),\n"
-               "        z3.Or(r == n, z3.Not(st.confirmed(s + r))),"),)),
+               "        z3.Or(r == n, z3.Not(st.confirmed(s + r))),"),),
+           # a smaller hit where the real answer is a deferral: no invariant breaks
+           tests=(GOLDEN,)),
     Mutant("being-loaded-window-ignored", "blocks being loaded checked over the whole hit, "
            "not the window",
            (_e(L, "lookup", "hit_blocks = hit_blocks[-cfg.sliding_window_size_in_blocks:]",
                "hit_blocks = hit_blocks"),),
-           (_e(E, "result_of", "            lo = zmax(lo, hi - win)\n", "            lo = lo\n"),)),
+           (_e(E, "result_of", "            lo = zmax(lo, hi - win)\n", "            lo = lo\n"),),
+           # more deferrals, never a different hit
+           tests=(GOLDEN,)),
     Mutant("eagle-no-pop", "the volatile EAGLE block is not popped",
            (_e(L, "lookup", "num_hit_blocks -= 1", "num_hit_blocks -= 0"),),
            (_e(E, "exact_lookup", "popped = z3.If(unverified, r - 1, r)", "popped = r"),),
-           # a larger hit that keeps I1-I4: maximality (no-eagle scope) cannot see it; tests
-           ),
+           # a larger hit that keeps I1-I4: maximality (no-eagle scope) cannot see it, and
+           # no-eagle stays necessary (maximality without it: still a counterexample)
+           tests=(GOLDEN,)),
     Mutant("eagle-pop-two", "two EAGLE blocks popped",
            (_e(L, "lookup", "num_hit_blocks -= 1", "num_hit_blocks -= 2"),),
            (_e(E, "exact_lookup", "popped = z3.If(unverified, r - 1, r)",
@@ -198,13 +231,17 @@ MUTANTS: tuple[Mutant, ...] = (
            (_e(L, "lookup", "                    eagle_verified.clear()  # scheduler.py:568",
                "                    pass"),),
            (_e(E, "group_step", "clear = z3.And(tightened, z3.Not(d.eagle[g]))",
-               "clear = z3.BoolVal(False)"),)),
+               "clear = z3.BoolVal(False)"),),
+           # the same hit, other lookups
+           tests=(GAPS + "test_shrink_by_a_plain_group_re_verifies_eagle",)),
     Mutant("keys-gpu-block-size", "offload keys counted in GPU blocks, not offloaded ones",
            (_e(L, "_num_offload_keys", "num_tokens // cfg.offloaded_block_size",
                "num_tokens // cfg.gpu_block_size"),),
            (_e(E, "derive", 'enc.floordiv(cfg.prompt, obs[g], f"keys{g}")',
-               'enc.floordiv(cfg.prompt, cfg.gpu[g], f"keys{g}")'),)),
-    # (a hit past the last key keeps I1-I4: no theorem states it; a test pins the clamp)
+               'enc.floordiv(cfg.prompt, cfg.gpu[g], f"keys{g}")'),),
+           # Z3's counterexamples to loads-stored-only store blocks past the request's
+           # last key, which no scenario file holds (model/ does not reproduce them)
+           tests=(GOLDEN,)),
     Mutant("window-gpu-block-size", "the window in GPU blocks, not offloaded blocks",
            (_e(LY, "resolve_layout", "_window_in_blocks(g.kind, g.sliding_window, obs)",
                "_window_in_blocks(g.kind, g.sliding_window, g.gpu_block_size)"),),
@@ -215,25 +252,33 @@ MUTANTS: tuple[Mutant, ...] = (
            (_e(LP, "_group_load", "num_blocks = cdiv(num_cached_tokens, cfg.offloaded_block_size)",
                "num_blocks = cdiv(num_cached_tokens, cfg.gpu_block_size)"),),
            (_e(E, "load_plan", 'hi = enc.cdiv(end, d.obs[g], f"load_end{g}")',
-               'hi = enc.cdiv(end, cfg.gpu[g], f"load_end{g}")'),)),
-    # (equivalent at factor 1, loads-stored-only's scope: tests with factor 2 kill it)
+               'hi = enc.cdiv(end, cfg.gpu[g], f"load_end{g}")'),),
+           # loads blocks past the request's last key: never stored (model/invariants.py)
+           "loads-stored-only"),
     Mutant("mamba-state-off-by-one", "the Mamba group skips every computed token, not all "
            "but the last",
            (_e(LP, "num_skipped_tokens", "return num_computed_tokens - 1",
                "return num_computed_tokens"),),
-           (_e(E, "load_plan", "skipped = end - 1", "skipped = end"),)),
+           (_e(E, "load_plan", "skipped = end - 1", "skipped = end"),),
+           # the Mamba group then loads nothing: no state restored, so I1 holds, but a hit
+           # that does restore the state is then valid and larger
+           "maximality", tests=(GOLDEN,)),
     Mutant("factor-check-dropped", "start-up accepts block_size_factor != 1 with mixed GPU "
            "block sizes (base.py:507)",
            (_e(LY, "resolve_layout", "if s.block_size_factor != 1 and len(",
                "if False and len("),),
            (_e(E, "startup", "c.append(z3.Implies(cfg.factor != 1,",
-               "c.append(z3.Implies(False,"),)),
+               "c.append(z3.Implies(False,"),),
+           # the layouts it lets in are outside every theorem's preconditions
+           tests=(GAPS + "test_factor_needs_one_gpu_block_size",)),
     Mutant("group-order-windows-first", "sliding-window groups looked up before full "
            "attention",
            (_e(LY, "resolve_layout", "lookup_groups=tuple(full) + tuple(windowed)",
                "lookup_groups=tuple(windowed) + tuple(full)"),),
            (_e(E, "derive", "eagle, align, align_on, full + windowed,",
-               "eagle, align, align_on, windowed + full,"),)),
+               "eagle, align, align_on, windowed + full,"),),
+           # the same hits (the loop converges either way), other lookups
+           tests=(GOLDEN,)),
 )
 BY_NAME = {m.name: m for m in MUTANTS}
 
@@ -288,6 +333,7 @@ def applied(name: str | None) -> Iterator[Mutant | None]:
     for e in m.model + m.encoding:
         by_fn.setdefault((e.module, e.function), []).append(e)
     undo: list[tuple[Any, str, Any]] = []
+    _forget_proofs()
     try:
         for (mod_name, fn), edits in by_fn.items():
             module = importlib.import_module(mod_name)
@@ -297,6 +343,15 @@ def applied(name: str | None) -> Iterator[Mutant | None]:
     finally:
         for mod, attr, old in reversed(undo):
             setattr(mod, attr, old)
+        _forget_proofs()
+
+
+def _forget_proofs() -> None:
+    """Queries proved in this process were proved of other code (the unmutated lookup
+    or another mutant): ``proofs.check`` must not skip them under this one."""
+    check = sys.modules.get("proofs.check")
+    if check is not None:
+        check._PROVED.clear()
 
 
 # ---- equivalent mutants: a Z3 proof that the mutated step computes the same value -------

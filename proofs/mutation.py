@@ -2,15 +2,22 @@
 
 For every mutant of ``proofs.mutants`` (applied to model and encoding together):
 
-- the theorem it must break (``Mutant.killer``), checked on ``vllm-0.24.0``: killed only
-  by a COUNTEREXAMPLE (a proof or an ``unknown`` is not a kill);
+- the theorem it must break (``Mutant.killer``), checked on ``vllm-0.24.0`` under the
+  theorem's preconditions: killed only by a COUNTEREXAMPLE that ``model/`` replays (a
+  proof or an ``unknown`` is not a kill); termination, which no run violates, by a failed
+  proof obligation;
 - the cross-check against the GPU measurements (``sim/gpu/results``: the real vLLM 0.23.0
   and 0.24.0 engines on an H200): killed when the model's hit disagrees, unexplained;
-- the default test suite in a subprocess (``OLC_MUTANT`` set; tests/conftest.py applies
-  it), first failing test; pytest-timeout turns a mutant that loops into a failure.
+- the tests the catalogue names for it (``Mutant.tests``), then the default test suite,
+  in a subprocess (``OLC_MUTANT`` set; tests/conftest.py applies it): the first failing
+  test; pytest-timeout turns a mutant that loops into a failure.
 
-A mutant is killed when any of them kills it, and one with a ``killer`` must be killed by
-that theorem. The run ends with one verdict line; exit 0 only if every mutant is killed.
+Each mutant runs in a fresh process with an empty proof cache (``proofs.check`` skips
+queries it proved before: proved of other code, they would hide a kill), cheapest check
+first, stopping at the first kill (``--all-checks``: every check). A mutant is killed
+when any of them kills it, and one with a ``killer`` must be killed by that theorem. The
+run ends with one verdict line; exit 0 only if every mutant is killed or proved
+equivalent.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ class Kill:
     @property
     def killed(self) -> bool:
         m = BY_NAME[self.mutant]
-        by_theorem = self.theorem.startswith("COUNTEREXAMPLE")
+        by_theorem = theorem_kills(self.theorem)
         if m.killer is not None:
             return by_theorem
         return self.crosscheck.startswith("killed") or self.tests.startswith("killed")
@@ -75,7 +82,7 @@ def by_theorem(m: Mutant, timeout_s: float) -> str:
     t0 = time.monotonic()
     with applied(m.name):
         thm = THEOREMS[m.killer]
-        if thm.violation is None:  # termination: no run violates it, its proof must fail
+        if m.killer == "termination":  # no run violates it (it loops): its proof must fail
             status, where = prove(thm, get_semantics("vllm-0.24.0"), thm.preconditions,
                                   int(timeout_s * 1000))
             verdict = ("COUNTEREXAMPLE to a proof obligation" if status == "FAILED"
@@ -83,6 +90,11 @@ def by_theorem(m: Mutant, timeout_s: float) -> str:
             return f"{verdict} {m.killer} ({time.monotonic() - t0:.0f}s; {where})"
         v = check(m.killer, "vllm-0.24.0", int(timeout_s * 1000))
     return f"{v.status} {m.killer} ({v.seconds:.0f}s)"
+
+
+def theorem_kills(verdict: str) -> bool:
+    """A counterexample replayed by model/ (or a failed obligation of termination)."""
+    return verdict.startswith("COUNTEREXAMPLE")
 
 
 def by_gpu_crosscheck(m: Mutant, limit_s: int = 60) -> str:
@@ -109,9 +121,19 @@ def by_gpu_crosscheck(m: Mutant, limit_s: int = 60) -> str:
 
 
 def by_tests(m: Mutant, limit_s: int = 900) -> str:
+    """The tests the catalogue names for the mutant first (seconds), then the whole
+    default suite (a minute): the first failing test."""
+    if m.tests:
+        first = _pytest(m, list(m.tests), limit_s)
+        if first != "survived":
+            return first
+    return _pytest(m, [], limit_s)
+
+
+def _pytest(m: Mutant, selection: list[str], limit_s: int) -> str:
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
            "--timeout=300", "--ignore=tests/test_mutants.py",  # applies mutants itself
-           *[a for d in DESELECT for a in ("--deselect", d)]]
+           *[a for d in DESELECT for a in ("--deselect", d)], *selection]
     env = {**os.environ, ENV: m.name, "PYTHONHASHSEED": "0"}
     try:
         r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
@@ -120,6 +142,8 @@ def by_tests(m: Mutant, limit_s: int = 900) -> str:
         return f"killed: the suite ran past {limit_s}s"
     if r.returncode == 0:
         return "survived"
+    if r.returncode in (4, 5):  # a usage error or no test collected: nothing ran
+        return f"survived (not run: pytest exit {r.returncode}: {' '.join(selection)})"
     failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", r.stdout, re.M)
     first = failed[0] if failed else f"pytest exit {r.returncode}"
     if "Timeout >" in r.stdout:  # pytest-timeout: slow (a loaded machine), not wrong
@@ -128,15 +152,22 @@ def by_tests(m: Mutant, limit_s: int = 900) -> str:
 
 
 def run_one(args: tuple[str, float, bool]) -> Kill:
+    """The checks for one mutant, cheapest first, stopping at the first that settles it
+    (``all_checks``: every check): the killer theorem, or the equivalence proof; then the
+    GPU cross-check (seconds), the named tests (seconds), the whole default suite."""
     name, timeout_s, all_checks = args
     m = BY_NAME[name]
     t0 = time.monotonic()
     thm = by_theorem(m, timeout_s)
+    eq = prove_equivalent(name)
+    settled = (theorem_kills(thm) if m.killer is not None
+               else eq is not None and eq.startswith("PROVED"))
     cc = tests = "-"
-    if all_checks or m.killer is None or not thm.startswith("COUNTEREXAMPLE"):
+    if all_checks or not settled:
         cc = by_gpu_crosscheck(m)
-        tests = by_tests(m)
-    return Kill(name, thm, cc, tests, time.monotonic() - t0, prove_equivalent(name))
+        if all_checks or not cc.startswith("killed"):
+            tests = by_tests(m)
+    return Kill(name, thm, cc, tests, time.monotonic() - t0, eq)
 
 
 def run(names: Sequence[str], timeout_s: float, jobs: int, all_checks: bool) -> int:
@@ -147,7 +178,7 @@ def run(names: Sequence[str], timeout_s: float, jobs: int, all_checks: bool) -> 
     print(f"{len(work)} mutants of the vllm-0.24.0 lookup (model and encoding together)",
           flush=True)
     ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(jobs) as pool:
+    with ctx.Pool(jobs, maxtasksperchild=1) as pool:  # a process per mutant
         for k in pool.imap(run_one, work):
             kills.append(k)
             m = BY_NAME[k.mutant]
@@ -160,7 +191,7 @@ def run(names: Sequence[str], timeout_s: float, jobs: int, all_checks: bool) -> 
                   flush=True)
     alive = [k.mutant for k in kills if not (k.killed or k.equivalent)]
     equivalent = sum(k.equivalent and not k.killed for k in kills)
-    by_proofs = sum(k.theorem.startswith("COUNTEREXAMPLE") for k in kills)
+    by_proofs = sum(theorem_kills(k.theorem) for k in kills)
     print(f"{'FAIL' if alive else 'PASS'}: {len(kills) - len(alive)} of {len(kills)} mutants "
           f"killed or proved equivalent ({by_proofs} killed by a theorem, {equivalent} proved "
           f"equivalent, the rest killed by a test or the GPU cross-check)"

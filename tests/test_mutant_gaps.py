@@ -103,3 +103,34 @@ def test_early_zero_is_recorded_in_the_trace() -> None:
     assert (st.pass_no, st.group, st.max_hit_before, st.queried, st.num_hit_blocks,
             st.max_hit_after, st.note) == (1, 0, 50, (0, 0), None, 32,
                                            "less than one block left")
+
+
+def test_a_rerun_after_a_deferral_clears_the_deferral() -> None:
+    # scheduler.py:569-571: full attention defers (block 3), the Mamba group shrinks the
+    # hit to 32, every group is looked up again and the deferral is forgotten: pass 2
+    # asks only blocks [0, 2), none deferred, so the answer is 32, not None. The real
+    # 0.24.0 scheduler answers 32 with these lookups (sim.crosscheck harness)
+    # (mutmut survivor: the flag set to True instead of False)
+    s = scenario(80, 0, [{"kind": "full_attention", "gpu_block_size": 16, "stored": "all",
+                          "deferred": [3]},
+                         {"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "none",
+                          "stored": [1]}], factor=1)
+    o = evaluate(s)
+    assert o.hit_tokens == 32 and o.lookups == (
+        (0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (1, 4), (1, 3), (1, 2), (1, 1),
+        (0, 0), (0, 1), (1, 1))
+
+
+def test_a_verified_eagle_group_is_not_popped_again() -> None:
+    # scheduler.py:553: the first EAGLE group is verified in pass 1; the second (also
+    # EAGLE) shrinks the hit, which keeps eagle_verified (scheduler.py:567), so in the
+    # re-run the first queries only [0, 1) with its plain window. The real 0.24.0
+    # scheduler answers 16 with these lookups (mutmut survivor: group never verified)
+    s = scenario(97, 0, [
+        {"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 16, "eagle": True,
+         "stored": [0, 1, 2]},
+        {"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 16, "eagle": True,
+         "stored": [0, 1, 5]}], factor=1)
+    o = evaluate(s)
+    assert o.hit_tokens == 16 and o.lookups == (
+        (0, 5), (0, 4), (0, 3), (0, 2), (0, 1), (1, 2), (1, 1), (1, 0), (0, 0), (1, 0))
