@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from model.layout import Layout
+from model.layout_v033 import ChunkGroup, ChunkLayout
 from model.load_plan import GroupLoad
 from model.scenario import Scenario
 
@@ -23,7 +24,7 @@ from model.scenario import Scenario
 FIRES_IN = "OffloadingConnectorScheduler.update_state_after_alloc"
 
 
-def proposed_assertion_fires(s: Scenario, layout: Layout, hit: int | None,
+def proposed_assertion_fires(s: Scenario, layout: Layout | ChunkLayout, hit: int | None,
                              loads: Sequence[GroupLoad]) -> bool:
     """True when the proposed assertion would stop the load of ``hit`` tokens."""
     if not hit:
@@ -35,6 +36,8 @@ def proposed_assertion_fires(s: Scenario, layout: Layout, hit: int | None,
         g = s.groups[load.group]
         if g.kind != "mamba" or g.mamba_cache_mode not in ("align", "all"):
             continue
-        if num_cached_tokens % layout.groups[load.group].offloaded_block_size != 0:
+        cfg = layout.groups[load.group]
+        size = cfg.tokens_per_chunk if isinstance(cfg, ChunkGroup) else cfg.offloaded_block_size
+        if num_cached_tokens % size != 0:
             return True
     return False

@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 
 from model.args import OneLineParser, bounded_float, bounded_int, output_dir
-from model.semantics import SEMANTICS
+from model.semantics import MODEL_SEMANTICS as SEMANTICS
 from proofs.publish import publish, publish_failed, staging, stamp
 from proofs.report import run_all, write_report
 from proofs.spec import collect_facts, write_spec

@@ -111,13 +111,12 @@ def _scenario_only(scenario: dict[str, Any]) -> dict[str, Any]:
 def example(scenario: dict[str, Any], semantics: str | None = None) -> Example:
     s = parse_scenario(_scenario_only(scenario))
     o = evaluate(s, semantics, enforce=False)
-    # the spec's examples are of the releases the proofs cover (not the chunked 0.33.0)
-    assert isinstance(o.layout, Layout), o.refused
+    assert o.layout is not None, o.refused
     state = next((ld.state_position for ld in o.loads
                   if ld.state_position is not None and s.groups[ld.group].restores_state), None)
     larger = next((scenario[k] for k in LARGER_FIELDS if isinstance(scenario.get(k), int)),
                   None)
-    if larger is None:
+    if larger is None and isinstance(o.layout, Layout):  # no 0.33.0 valid hit yet
         larger = larger_valid_hit(s, o.layout, get_semantics(o.semantics), o.hit_tokens)
     return Example(scenario, o.semantics, o.hit_tokens,
                    tuple(v.invariant for v in o.violations), explain(s, o),
@@ -217,6 +216,14 @@ def _gpu_case(path: Path) -> dict[int, tuple[int | None, bool]]:
     return {r["length"]: (r.get("connector_hit"), bool(r["equal"])) for r in data["lengths"]}
 
 
+def fixed_semantics(scenario: dict[str, Any]) -> str:
+    """The semantics a counterexample is shown beside: PR #44599's release for the older
+    ones, finding 001's completed fix for vLLM 0.33.0's."""
+    if get_semantics(scenario["semantics"]).chunked:
+        return "alt-v033-reround-mamba-rerun"
+    return "vllm-0.24.0"
+
+
 def gather_code_facts(results: Results, root: Path = ROOT) -> CodeFacts:
     seed = json.loads((root / SEED_FILE).read_text())
     examples: dict[str, Example] = {}
@@ -230,7 +237,8 @@ def gather_code_facts(results: Results, root: Path = ROOT) -> CodeFacts:
                   if results.facts.get(k)]
     for scen in scenarios:
         examples[_key(scen)] = example(scen)
-        examples[_key(scen, "vllm-0.24.0")] = example(scen, "vllm-0.24.0")
+        fixed = fixed_semantics(scen)
+        examples[_key(scen, fixed)] = example(scen, fixed)
     gpu = {name: _gpu_case(root / GPU_RESULTS / f"{name}.json") for name in GPU_CASES
            if (root / GPU_RESULTS / f"{name}.json").exists()}
     anchors = {name: _anchor(obj) for name, obj in ANCHORED.items()}
@@ -292,6 +300,13 @@ def all_semantics() -> dict[str, Semantics]:
     return dict(known)
 
 
+def columns() -> dict[str, Semantics]:
+    """The first screen's columns: the newest release (vLLM 0.33.0, the one reviewers
+    work on) and its fixes first, then the older releases and their alternatives."""
+    known = all_semantics()
+    return dict(sorted(known.items(), key=lambda kv: (not kv[1].chunked,)))
+
+
 def releases() -> tuple[str, ...]:
     """The vLLM releases that have a semantics and cited lines, oldest first."""
     modelled = {s.base_version for s in all_semantics().values()}
@@ -344,13 +359,14 @@ def matrix(results: Results) -> list[dict[str, Any]]:
     names = list(dict.fromkeys([*THEOREMS, *(r["theorem"] for r in results.rows)]))
     for name in names:
         cells = []
-        for sem in all_semantics():
+        for sem in columns():
             r = results.row(name, sem)
             if r is None:
                 cells.append(_cell(None, None, False, None) | {"accepted": None})
                 continue
             cell = _cell(r["expected"], str(r["status"]), bool(r["matches"]),
                          _anchor_of(results, name, sem, ""))
+            cell["bounded"] = bool(r.get("scope"))
             acc = r.get("over_accepted_layouts") or {}
             apart = bool(acc) and bool(r["preconditions"]) and (
                 acc.get("status") != r["status"] or acc.get("expected") != r["expected"])
@@ -369,13 +385,19 @@ def proved_release(results: Results) -> str:
     return f"vllm-{shown_releases(results)[-1]}"
 
 
+def guarantee_releases(results: Results) -> tuple[str, ...]:
+    """The releases whose preconditions the first screen lists: the newest with results
+    and vLLM 0.24.0 (PR #44599's release), newest first."""
+    return tuple(dict.fromkeys((proved_release(results), "vllm-0.24.0")))
+
+
 def _guarantee_rows(results: Results) -> dict[str, dict[str, Any]]:
-    """Each precondition of the rows of the newest release with results: which theorems
-    assume it, whether a counterexample shows it necessary, whether it is a proof scope."""
-    newest = proved_release(results)
+    """Each precondition of the rows of ``guarantee_releases``: which theorems assume it
+    (on which release), whether a counterexample shows it necessary, whether it is a
+    proof scope."""
     out: dict[str, dict[str, Any]] = {}
     for r in results.rows:
-        if r["semantics"] != newest:
+        if r["semantics"] not in guarantee_releases(results):
             continue
         for p in r.get("preconditions", []):
             # the code's text is the maintained one; the results hold a copy
@@ -386,7 +408,8 @@ def _guarantee_rows(results: Results) -> dict[str, dict[str, Any]]:
                                            "scope": bool(p.get("scope")), "assumed_by": []})
             e["assumed_by"].append({
                 "theorem": r["theorem"], "necessary": p.get("necessary"),
-                "counterexample": _anchor_of(results, r["theorem"], newest,
+                "release": r["semantics"].removeprefix("vllm-"),
+                "counterexample": _anchor_of(results, r["theorem"], r["semantics"],
                                              f"--without-{p['name']}")})
     return out
 
@@ -473,7 +496,8 @@ def findings() -> list[dict[str, str]]:
 def context(code: CodeFacts, results: Results, env: jinja2.Environment) -> dict[str, Any]:
     seed = code.seed
     cexs = [c | {"example": code.examples[_key(c["scenario"])],
-                 "fixed": code.examples[_key(c["scenario"], "vllm-0.24.0")]}
+                 "fixed": code.examples[_key(c["scenario"], fixed_semantics(c["scenario"]))],
+                 "fixed_semantics": fixed_semantics(c["scenario"])}
             for c in _counterexamples(results)]
     rerun = {sem: [(n, h, bad) for n, h, bad in rows if n % 16 in (0, 1)]
              for sem, rows in results.facts.get("rerun", {}).items()}
@@ -482,7 +506,8 @@ def context(code: CodeFacts, results: Results, env: jinja2.Environment) -> dict[
     return {
         "code": code, "results": results, "releases": shown_releases(results),
         "all_releases": releases(),
-        "newest": proved_release(results), "semantics": all_semantics(), "theorems": THEOREMS,
+        "newest": proved_release(results), "semantics": columns(), "theorems": THEOREMS,
+        "guarantee_releases": guarantee_releases(results),
         "matrix": matrix(results), "preconditions": preconditions(results, env),
         "guarantee": _guarantee_rows(results), "scope": scope(results),
         "findings": findings(),

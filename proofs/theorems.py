@@ -269,19 +269,32 @@ class Theorem:
     # per semantics: expected to hold over every layout the release's start-up checks
     # accept (no precondition); None: as ``expected``
     accepted: dict[str, bool] | None = None
+    # per semantics: preconditions other than ``preconditions`` (vLLM 0.33.0's rows)
+    preconditions_by: dict[str, tuple[str, ...]] | None = None
 
     def holds_over_accepted(self, semantics: str) -> bool:
         return (self.expected if self.accepted is None else self.accepted)[semantics]
 
+    def pre(self, semantics: str) -> tuple[str, ...]:
+        """The preconditions the theorem is checked under on ``semantics``."""
+        return (self.preconditions_by or {}).get(semantics, self.preconditions)
+
+    def covers(self, semantics: str) -> bool:
+        """Whether ``python -m proofs`` checks the theorem on ``semantics``."""
+        return semantics in self.expected
+
 
 ALL_SEMANTICS = ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit", "alt-cache-config-block-size")
+# vLLM 0.33.0 and finding 001's two fixes: proved by the bounded exact encoding
+# (proofs/encoding_v033.py; its scope, Scope.words, stands beside every verdict)
+V033 = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun")
 # the engine's request rules: every result assumes them (proofs.check.check), and the
 # counterexample search never leaves them out
 RUNTIME = ("gpu-hit-aligned", "gpu-hit-leaves-last-token", "gpu-hit-needs-prefix-caching")
 
 
-def _holds_on(*names: str) -> dict[str, bool]:
-    return {s: s in names for s in ALL_SEMANTICS}
+def _holds_on(*names: str, v033: bool = True) -> dict[str, bool]:
+    return {s: s in names for s in ALL_SEMANTICS + (V033 if v033 else ())}
 
 
 THEOREMS: dict[str, Theorem] = {
@@ -293,27 +306,32 @@ THEOREMS: dict[str, Theorem] = {
             "saved exactly at num_computed_tokens + hit.",
             violates_no_partial_state,
             ("mamba-mode-not-all", "align-divides-blocks"),
-            _holds_on("vllm-0.24.0"),
+            _holds_on("vllm-0.24.0", *V033),
             uses_store=False,
             aligned=True,
-            accepted=_holds_on(),
+            # finding 001: 0.33.0 fails over the layouts it accepts; both fixes hold
+            accepted=_holds_on(*V033[1:]),
+            preconditions_by={"vllm-0.33.0": ("align-divides-blocks",),
+                              **{s: () for s in V033[1:]}},
         ),
         Theorem(
             "loads-stored-only",
             "Every block the load reads is held by the store.",
             violates_loads_stored_only,
             ("same-block-size",),
-            _holds_on("vllm-0.23.0", "vllm-0.24.0"),
+            _holds_on("vllm-0.23.0", "vllm-0.24.0", *V033),
             split=True,
             containment=True,
-            accepted=_holds_on(),
+            # finding 001's proposed fix can load a window chunk the store lacks
+            accepted=_holds_on("vllm-0.33.0", "alt-v033-reround-mamba-rerun"),
+            preconditions_by={"vllm-0.33.0": (), "alt-v033-reround-mamba-rerun": ()},
         ),
         Theorem(
             "leaves-last-token",
             "With sliding-window or Mamba groups the hit ends before the last prompt token.",
             violates_leaves_last_token,
             (),
-            _holds_on(*ALL_SEMANTICS),
+            _holds_on(*ALL_SEMANTICS, *V033),
             uses_store=False,
         ),
         Theorem(
@@ -321,7 +339,7 @@ THEOREMS: dict[str, Theorem] = {
             "A non-zero hit is at least one offloaded block of every group.",
             violates_whole_blocks,
             ("same-block-size",),
-            _holds_on(*ALL_SEMANTICS),
+            _holds_on(*ALL_SEMANTICS, *V033),
             uses_store=False,
             accepted=_holds_on(),
         ),
@@ -331,15 +349,16 @@ THEOREMS: dict[str, Theorem] = {
             "max_hit_size_tokens, which stays above num_computed_tokens while the loop runs.",
             None,
             (),
-            _holds_on(*ALL_SEMANTICS),
+            _holds_on(*ALL_SEMANTICS, *V033),
         ),
         Theorem(
             "maximality",
             "No larger hit than the one returned would keep the invariants for the same store.",
             None,  # built in proofs.check (it needs the candidate in the invariant)
             ("no-eagle", "window-not-one-past-blocks"),
-            _holds_on("vllm-0.23.0", "vllm-0.24.0"),
-            accepted=_holds_on(),
+            # not on 0.33.0: model/ has no valid-hit definition for it yet
+            _holds_on("vllm-0.23.0", "vllm-0.24.0", v033=False),
+            accepted=_holds_on(v033=False),
         ),
     )
 }

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from model.semantics import SEMANTICS
+from model.semantics import MODEL_SEMANTICS
 from proofs.check import check
 from proofs.theorems import THEOREMS
 
+PAIRS = [(t, s) for t in THEOREMS for s in MODEL_SEMANTICS if THEOREMS[t].covers(s)]
+
 
 @pytest.mark.theorems
-@pytest.mark.parametrize("semantics", list(SEMANTICS))
-@pytest.mark.parametrize("theorem", list(THEOREMS))
+@pytest.mark.parametrize(("theorem", "semantics"), PAIRS)
 def test_theorem(theorem: str, semantics: str) -> None:
     v = check(theorem, semantics, 300_000)
     expected = "PROVED" if THEOREMS[theorem].expected[semantics] else "COUNTEREXAMPLE"

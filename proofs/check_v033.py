@@ -1,0 +1,348 @@
+"""Proving a theorem for a vLLM 0.33.0 semantics, or finding its minimal counterexample,
+with the exact bounded encoding of ``proofs.encoding_v033``.
+
+A proof is, for each layout template of the scope, one unsatisfiable query: the start-up
+checks, the engine's request rules and the theorem's preconditions, the loop unrolled
+``Scope.passes`` passes and ended, and the violation. A separate query per template
+proves that the loop has always ended within those passes (``termination``), so the
+unrolling cuts no run short. Every token size is symbolic and unbounded; the scope
+bounds the number of chunks per group, ``blocks_per_chunk`` and the group kinds
+(``Scope.words``), and the report states it beside every verdict.
+
+A counterexample is the least under a total order (smallest prompt, then the template,
+``blocks_per_chunk``, the block sizes, ``num_computed_tokens``, the window, the caps,
+the flags and the store, chunk by chunk), written as a scenario file and replayed
+through ``model/``; one the model does not reproduce is an encoding bug and is reported
+as UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+from model.evaluate import evaluate
+from model.scenario import parse_scenario
+from model.semantics import Semantics, get_semantics
+from proofs import encoding_v033 as E
+from proofs.witness import Witness
+
+# the layouts of the scope: at most one group of each kind; the sliding-window and Mamba
+# groups in either index order, and, with the Mamba group listed first, each lookup
+# order the window can give (encoding_v033.lookup_order)
+Template = tuple[tuple[str, ...], tuple[int, ...]]
+_KINDS: tuple[tuple[str, ...], ...] = (
+    (E.MAMBA,), (E.FA,), (E.SW,),
+    (E.FA, E.MAMBA), (E.SW, E.MAMBA), (E.MAMBA, E.SW), (E.FA, E.SW),
+    (E.FA, E.SW, E.MAMBA), (E.FA, E.MAMBA, E.SW),
+)
+TEMPLATES: tuple[Template, ...] = tuple(dict.fromkeys(
+    (k, E.lookup_order(k, first)) for k in _KINDS for first in (False, True)))
+
+
+@dataclass(frozen=True)
+class Verdict33:
+    status: str  # PROVED | COUNTEREXAMPLE | UNKNOWN
+    seconds: float
+    counterexample: dict[str, Any] | None = None
+    note: str = ""
+
+
+def precondition(name: str, enc: E.Enc33, cfg: E.Config33, d: E.Derived33) -> z3.BoolRef:
+    """The preconditions 0.33.0's theorems may assume, over the encoded configuration
+    (the words are ``proofs.theorems.PRECONDITIONS``)."""
+    if name == "align-divides-blocks":  # every group's chunk a multiple of the Mamba chunk
+        return z3.Or(z3.Not(d.align_on), z3.And([
+            _multiple(t, d.align, enc.scope.chunks + 1, cfg.prompt) for t in d.tpc]))
+    if name == "same-block-size":
+        return z3.And([x == cfg.gpu[0] for x in cfg.gpu])
+    if name == "no-eagle":
+        return z3.And([z3.Not(e) for e in cfg.eagle])
+    if name == "nothing-deferred-or-loading":
+        return z3.And([z3.And(z3.Or(a == E.HIT, a == E.MISS), z3.Not(b))
+                       for row, lrow in zip(cfg.ans, cfg.loading, strict=True)
+                       for a, b in zip(row, lrow, strict=True)])
+    if name == "mamba-mode-not-all":
+        return z3.BoolVal(True)  # 0.33.0 has no mode "all" (model/layout_v033.py)
+    raise ValueError(f"precondition {name!r} has no vllm-0.33.0 formula")
+
+
+def _multiple(x: z3.ArithRef, d: z3.ArithRef, most: int, prompt: z3.ArithRef) -> z3.BoolRef:
+    """``x`` is a multiple of ``d``, as far as a request of the scope can tell: ``x`` is
+    ``k * d`` for some ``k <= most``, or longer than the prompt (the group has no
+    complete chunk: its lookup gives 0). Linear, and implied by ``x % d == 0``, so a
+    proof under it holds under the precondition."""
+    return z3.Or(z3.Or([x == k * d for k in range(1, most + 1)]), x > prompt)
+
+
+@dataclass
+class Built:
+    enc: E.Enc33
+    cfg: E.Config33
+    d: E.Derived33
+    st: E.State33
+    result: E.Result33
+    premises: list[z3.BoolRef]
+
+
+def build(sem: Semantics, template: Template, assumed: Sequence[str],
+          scope: E.Scope = E.SCOPE, passes: int | None = None) -> Built:
+    kinds, order = template
+    enc = E.Enc33(scope)
+    cfg = E.symbolic_config(kinds, scope)
+    d = E.derive(enc, cfg, order)
+    premises = [E.startup(enc, cfg), d.order_holds]
+    premises += [precondition(p, enc, cfg, d) for p in assumed]
+    st = E.run_loop(enc, cfg, d, sem, scope.passes if passes is None else passes)
+    r = E.result_of(enc, cfg, d, st)
+    return Built(enc, cfg, d, st, r, premises)
+
+
+def violation(thm: str, b: Built) -> z3.BoolRef:
+    if thm == "termination":
+        return z3.Not(E.finished(b.st))
+    return z3.And(E.finished(b.st), E.VIOLATIONS[thm](b.enc, b.cfg, b.d, b.result))
+
+
+def solver(b: Built, goal: z3.BoolRef, timeout_ms: int) -> z3.Solver:
+    """A solver for the query; eliminating the named terms first (``solve-eqs``) makes
+    it many times faster than the default."""
+    s = z3.Then("simplify", "propagate-values", "solve-eqs", "smt").solver()
+    s.set("timeout", max(1, timeout_ms))
+    s.add(*b.premises, goal, *b.enc.cons)
+    return s
+
+
+# --- scenario files --------------------------------------------------------------------
+
+
+def _int(m: z3.ModelRef, e: z3.ArithRef) -> int:
+    return int(m.eval(e, model_completion=True).as_long())
+
+
+def _bool(m: z3.ModelRef, e: z3.BoolRef) -> bool:
+    return bool(z3.is_true(m.eval(e, model_completion=True)))
+
+
+def scenario_from_model(m: z3.ModelRef, b: Built, sem: Semantics) -> dict[str, Any]:
+    cfg, d = b.cfg, b.d
+    caching = _bool(m, cfg.prefix_caching)
+    groups = []
+    for g, kind in enumerate(cfg.kinds):
+        nkeys = _int(m, d.keys[g])
+        answers = [_int(m, a) for a in cfg.ans[g][:nkeys]]
+        stored = [i for i, a in enumerate(answers) if a != E.MISS]
+        grp: dict[str, Any] = {"kind": kind, "gpu_block_size": _int(m, cfg.gpu[g]),
+                               "stored": "all" if len(stored) == nkeys else stored}
+        w = cfg.window[g]
+        if w is not None:
+            grp["sliding_window"] = _int(m, w)
+        if kind == E.MAMBA:
+            grp["mamba_cache_mode"] = "align" if caching else "none"
+        if _bool(m, cfg.eagle[g]):
+            grp["eagle"] = True
+        for name, code in (("pending", E.HIT_PENDING), ("deferred", E.RETRY)):
+            chunks = [i for i, a in enumerate(answers) if a == code]
+            if chunks:
+                grp[name] = chunks
+        loading = [i for i in range(nkeys) if _bool(m, cfg.loading[g][i])]
+        if loading:
+            grp["being_loaded"] = loading
+        groups.append(grp)
+    out: dict[str, Any] = {"semantics": sem.name, "block_size_factor": 1}
+    bpc = _int(m, cfg.bpc)
+    if bpc != 1:
+        out["blocks_per_chunk"] = bpc
+    out |= {"prompt_tokens": _int(m, cfg.prompt),
+            "num_computed_tokens": _int(m, cfg.computed), "groups": groups}
+    if not caching:
+        out["enable_prefix_caching"] = False
+    if _bool(m, cfg.skip_reading):
+        out["skip_reading_prefix_cache"] = True
+    if _bool(m, cfg.in_flight):
+        out["in_flight_transfers"] = True
+    if _bool(m, cfg.has_new_cap):
+        out["max_num_new_tokens"] = _int(m, cfg.new_cap)
+    if _bool(m, cfg.has_load_cap):
+        out["max_load_tokens"] = _int(m, cfg.load_cap)
+    return out
+
+
+def replay(thm: str, scenario: dict[str, Any]) -> str | None:
+    """None if ``model/`` shows the same failure, else why not (an encoding bug)."""
+    o = evaluate(parse_scenario(scenario))
+    if o.refused:
+        return f"model refuses it: {o.refused}"
+    if thm in {v.invariant for v in o.violations}:
+        return None
+    return f"model gives hit {o.hit_tokens} with violations {[v.invariant for v in o.violations]}"
+
+
+# --- the least counterexample ---------------------------------------------------------
+
+
+class Undecided(Exception):
+    """A pinning query came back unknown: the minimum is not established."""
+
+
+PIN_MS = 20_000
+
+
+def _sat(s: z3.Solver, extra: z3.BoolRef) -> bool:
+    s.push()
+    s.add(extra)
+    res = s.check()
+    s.pop()
+    if res == z3.unknown:
+        raise Undecided(str(extra))
+    return bool(res == z3.sat)
+
+
+def _smallest(s: z3.Solver, x: z3.ArithRef, lo: int) -> int:
+    """Pin ``x`` to its least value (>= lo) that keeps a counterexample."""
+    if s.check() != z3.sat:
+        raise Undecided("lost")
+    hi = _int(s.model(), x)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _sat(s, x <= mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    s.add(x == hi)
+    return hi
+
+
+def _prefer(s: z3.Solver, c: z3.BoolRef) -> None:
+    s.add(c if _sat(s, c) else z3.Not(c))
+
+
+def _pin(s: z3.Solver, b: Built) -> None:
+    cfg = b.cfg
+    _smallest(s, cfg.bpc, 1)
+    for x in cfg.gpu:
+        _smallest(s, x, 1)
+    _smallest(s, cfg.computed, 0)
+    for w in cfg.window:
+        if w is not None:
+            _smallest(s, w, 1)
+    _prefer(s, cfg.prefix_caching)
+    for e in cfg.eagle:
+        _prefer(s, z3.Not(e))
+    _prefer(s, z3.Not(cfg.skip_reading))
+    _prefer(s, z3.Not(cfg.in_flight))
+    for has, cap in ((cfg.has_new_cap, cfg.new_cap), (cfg.has_load_cap, cfg.load_cap)):
+        _prefer(s, z3.Not(has))
+        _smallest(s, cap, 0)  # unused when absent: pinned anyway, for one model
+    for row, lrow in zip(cfg.ans, cfg.loading, strict=True):
+        for a, busy in zip(row, lrow, strict=True):
+            _prefer(s, z3.Not(busy))
+            _smallest(s, a, E.HIT)  # HIT < HIT_PENDING < RETRY < MISS
+    if s.check() != z3.sat:
+        raise Undecided("pinned counterexample")
+
+
+def counterexample(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int,
+                   scope: E.Scope = E.SCOPE) -> Verdict33:
+    """The least counterexample over the scope's templates, replayed through model/."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout_ms / 1000
+    best: tuple[int, int] | None = None  # (prompt, template index)
+    for i, template in enumerate(TEMPLATES):
+        left = int((deadline - time.monotonic()) * 1000)
+        if left <= 0:
+            return Verdict33("UNKNOWN", time.monotonic() - t0, note="out of time")
+        b = build(sem, template, assumed, scope)
+        s = solver(b, violation(thm, b), left)
+        if best is not None:
+            s.add(b.cfg.prompt < best[0])
+        res = s.check()
+        if res == z3.unknown:
+            return Verdict33("UNKNOWN", time.monotonic() - t0,
+                             note=f"solver returned unknown on layout {template[0]}")
+        if res == z3.sat:
+            s.set("timeout", PIN_MS)
+            try:
+                best = (_smallest(s, b.cfg.prompt, 1), i)
+            except Undecided as e:
+                return Verdict33("UNKNOWN", time.monotonic() - t0, note=f"undecided ({e})")
+    if best is None:
+        return Verdict33("PROVED", time.monotonic() - t0)
+    prompt, i = best
+    b = build(sem, TEMPLATES[i], assumed, scope)
+    s = solver(b, violation(thm, b), PIN_MS)
+    s.add(b.cfg.prompt == prompt)
+    try:
+        _pin(s, b)
+    except Undecided as e:
+        return Verdict33("UNKNOWN", time.monotonic() - t0,
+                         note=f"counterexample found, but its minimum is undecided ({e})")
+    scen = scenario_from_model(s.model(), b, sem)
+    if thm != "termination":
+        why = replay(thm, scen)
+        if why is not None:
+            return Verdict33("UNKNOWN", time.monotonic() - t0, scen,
+                             note=f"counterexample not reproduced by model/ ({why}): "
+                                  "encoding bug")
+    return Verdict33("COUNTEREXAMPLE", time.monotonic() - t0, scen)
+
+
+def check(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 300_000,
+          scope: E.Scope = E.SCOPE) -> Verdict33:
+    """PROVED / COUNTEREXAMPLE / UNKNOWN over the scope. The other theorems are about
+    runs that end within the unrolled passes; ``termination`` proves that every run in
+    the scope does (the report runs it beside them)."""
+    sem = get_semantics(sem_name)
+    if thm == "maximality":
+        raise ValueError("maximality: no valid-hit definition for vLLM 0.33.0 in model/ yet")
+    t0 = time.monotonic()
+    v = counterexample(thm, sem, assumed, timeout_ms, scope)
+    ends = ("every run ends within" if thm == "termination"
+            else "runs of up to (termination: every run ends within)")
+    note = "; ".join(x for x in (f"bounded scope: {scope.words()}; {ends} "
+                                 f"{scope.passes} passes", v.note) if x)
+    return Verdict33(v.status, time.monotonic() - t0, v.counterexample, note)
+
+
+def witness(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 120_000,
+            scope: E.Scope = E.SCOPE) -> Witness:
+    """A run the premises of a PROVED result admit, with a non-zero hit that restores a
+    Mamba state (``proofs.witness`` for 0.33.0): the least such, replayed through
+    model/ (same hit, a Mamba load)."""
+    sem = get_semantics(sem_name)
+    t0 = time.monotonic()
+    for template in TEMPLATES:
+        kinds = template[0]
+        if E.MAMBA not in kinds:
+            continue
+        b = build(sem, template, assumed, scope)
+        loads = E.load_plan(b.enc, b.cfg, b.d, b.result.hit)
+        mamba = kinds.index(E.MAMBA)
+        goal = z3.And(E.finished(b.st), E.active(b.result), b.cfg.prefix_caching,
+                      loads[mamba].pending > 0)
+        s = solver(b, goal, timeout_ms)
+        if s.check() != z3.sat:
+            continue
+        s.set("timeout", PIN_MS)
+        try:
+            _smallest(s, b.cfg.prompt, 1)
+            _pin(s, b)
+        except Undecided as e:
+            return Witness(False, time.monotonic() - t0, note=f"witness undecided ({e})")
+        m = s.model()
+        scen = scenario_from_model(m, b, sem)
+        hit = _int(m, b.result.hit)
+        o = evaluate(parse_scenario(scen))
+        mamba_load = any(ld.blocks and ld.state_position is not None for ld in o.loads)
+        if o.refused or o.hit_tokens != hit or not mamba_load:
+            return Witness(False, time.monotonic() - t0, scen, hit,
+                           note=f"witness not reproduced by model/ (hit {o.hit_tokens}, "
+                                f"Z3 {hit}; refused: {o.refused}): encoding bug")
+        return Witness(True, time.monotonic() - t0, scen, hit)
+    return Witness(False, time.monotonic() - t0,
+                   note=f"no run with a non-zero hit and a Mamba load satisfies the premises "
+                        f"(scope: {scope.words()}): the proof may be vacuous")

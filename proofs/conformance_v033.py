@@ -1,0 +1,108 @@
+"""Pinning the 0.33.0 encoding (``proofs.encoding_v033``) to ``model/*_v033.py``: every
+input fixed to a concrete scenario's values, so every term of the encoding simplifies to
+a value (no solver call), and the result is compared with the model
+(``tests/test_conformance_v033.py``). ``mod`` names the encoding module, so that a test
+can hand in a sabotaged copy and see the comparison fail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import z3
+
+from model import layout_v033
+from model.lookup_v033 import HIT, HIT_PENDING, MISS, RETRY, answer
+from model.scenario import Scenario
+from model.semantics import get_semantics
+from proofs import encoding_v033 as encoding_module
+
+_CODES = {HIT: 0, HIT_PENDING: 1, RETRY: 2, MISS: 3}
+MAX_PASSES = 64
+
+
+def in_scope(s: Scenario) -> bool:
+    """Whether ``s`` is a request the encoding covers: at most one group of each kind,
+    factor 1, no partial tails (``prefix_match_unit`` unset), a new request."""
+    kinds = [g.kind for g in s.groups]
+    return (all(kinds.count(k) <= 1 for k in set(kinds)) and s.block_size_factor == 1
+            and s.hash_block_size is None and s.output_tokens == 0
+            and s.context_parallel_size == 1 and s.valid_hit is None
+            and not any(g.stored_tails or g.pending_tails or g.deferred_tails
+                        for g in s.groups))
+
+
+@dataclass(frozen=True)
+class Encoded:
+    hit: int | None  # None: deferred
+    passes: int
+    loads: dict[int, tuple[tuple[int, ...], int | None]]  # keys (end tokens), Mamba state
+    violations: frozenset[str]
+    order_holds: bool
+
+
+def _val(e: z3.ExprRef) -> int | bool:
+    v = z3.simplify(e)
+    if z3.is_true(v) or z3.is_false(v):
+        return bool(z3.is_true(v))
+    assert z3.is_int_value(v), f"not a value: {v}"
+    return int(v.as_long())
+
+
+def concrete(s: Scenario, mod: ModuleType = encoding_module) -> tuple[Any, Any, Any]:
+    """The encoding's (scope, config, lookup order) for ``s``."""
+    layout = layout_v033.resolve_layout(s)
+    tpcs = [c.tokens_per_chunk for c in layout.groups]
+    n = max(s.prompt_tokens // t for t in tpcs)
+    scope = mod.Scope(chunks=max(1, n), max_bpc=layout.blocks_per_chunk, passes=1)
+    iv, bv = z3.IntVal, z3.BoolVal
+    cfg = mod.Config33(
+        kinds=tuple(g.kind for g in s.groups),
+        gpu=tuple(iv(g.gpu_block_size) for g in s.groups),
+        bpc=iv(layout.blocks_per_chunk),
+        prompt=iv(s.num_tokens), computed=iv(s.num_computed_tokens),
+        window=tuple(None if g.sliding_window is None else iv(g.sliding_window)
+                     for g in s.groups),
+        eagle=tuple(bv(g.eagle) for g in s.groups),
+        prefix_caching=bv(s.enable_prefix_caching),
+        skip_reading=bv(s.skip_reading_prefix_cache), in_flight=bv(s.in_flight_transfers),
+        has_new_cap=bv(s.max_num_new_tokens is not None),
+        new_cap=iv(s.max_num_new_tokens or 0),
+        has_load_cap=bv(s.max_load_tokens is not None),
+        load_cap=iv(s.max_load_tokens or 0),
+        ans=tuple(tuple(iv(_CODES[answer(g, (i + 1) * t, t)]) for i in range(scope.chunks))
+                  for g, t in zip(s.groups, tpcs, strict=True)),
+        loading=tuple(tuple(bv(i in g.being_loaded) for i in range(scope.chunks))
+                      for g in s.groups),
+    )
+    return scope, cfg, layout.lookup_groups
+
+
+def encode_scenario(s: Scenario, mod: ModuleType = encoding_module) -> Encoded:
+    """The encoding's answer for ``s`` (inputs fixed, the loop run until it ends)."""
+    sem = get_semantics(s.semantics)
+    scope, cfg, order = concrete(s, mod)
+    enc = mod.Enc33(scope)
+    d = mod.derive(enc, cfg, order)
+    assert _val(mod.startup(enc, cfg)), "start-up constraints refuse a scenario model/ takes"
+    st = mod.run_pass(enc, cfg, d, sem, mod.initial_state(enc, cfg, d, sem), z3.BoolVal(False))
+    passes = 1
+    while not _val(mod.finished(st)):
+        assert passes < MAX_PASSES, "the loop does not end"
+        st = mod.run_pass(enc, cfg, d, sem, st, st.next == mod.NEXT_SW)
+        passes += 1
+    r = mod.result_of(enc, cfg, d, st)
+    deferred, hit = _val(r.deferred), _val(r.hit)
+    loads: dict[int, tuple[tuple[int, ...], int | None]] = {}
+    if not deferred and hit:
+        for g, ld in mod.load_plan(enc, cfg, d, r.hit).items():
+            lo, hi, tpc = _val(ld.lo), _val(ld.hi), _val(d.tpc[g])
+            keys = tuple((c + 1) * tpc for c in range(lo, hi))
+            state = _val(ld.state) if cfg.kinds[g] == mod.MAMBA and _val(ld.pending) else None
+            loads[g] = (keys, state)
+    violated = frozenset(name for name, f in mod.VIOLATIONS.items()
+                         if _val(f(enc, cfg, d, r)))
+    return Encoded(None if deferred else int(hit), passes, loads, violated,
+                   bool(_val(d.order_holds)))
