@@ -162,7 +162,8 @@ def write_report(rows: Sequence[Row], out: Path) -> None:
     (out / "counterexamples").mkdir(exist_ok=True)
     md = ["# Lookup theorems: results", "",
           "Each theorem is checked against each semantics; sizes, prompt length, GPU hit and "
-          "store content are symbolic and unbounded.", "",
+          "store content are symbolic and unbounded (for vllm-0.33.0 and alt-v033-*, the "
+          "prompt is at most 3 chunks of each group: see their bounded scope).", "",
           "The first verdict is over every layout the release's start-up checks accept "
           "(no precondition); the second, where a theorem "
           "has preconditions, under them. Layouts: any number of groups of each kind, "
