@@ -1,0 +1,295 @@
+"""The layered proof for vLLM 0.33.0's complete-chunk lookup over every layout 0.33.0's
+start-up checks accept (partial tails off): per-group lemmas on the exact unbounded turn
+(``proofs.turn_v033``), the abstract loop over any number of groups
+(``proofs.abstract_v033``) and the property from the loop's summary.
+
+Each lemma query is about one group of a given kind in an unknown layout: the rest of
+the layout enters only through ``proofs.turn_v033.Env`` (whether it has a windowed or a
+Mamba group, the Mamba group's block size), tied to the group at hand by the start-up
+checks. Every size is symbolic and unbounded, the store is uninterpreted, the group's
+EAGLE flag and eagle_verified flag are symbolic and so is the state the turn starts
+from: a lemma proved for each kind holds for every turn of every group of every layout.
+
+Theorems covered (``covers``): no-partial-state (0.33.0 with align-divides-blocks; the
+two fixes with nothing assumed), leaves-last-token and termination. Counterexamples
+still come from the bounded exact encoding (``proofs.check_v033``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+import z3
+
+from model.evaluate import evaluate
+from model.scenario import parse_scenario
+from model.semantics import Semantics
+from proofs import turn_v033 as T
+from proofs.abstract_v033 import obligations
+from proofs.encoding import NEXT_NONE, Enc, State, fresh_state
+from proofs.lemmas_v033 import assumed as loop_assumes
+from proofs.lemmas_v033 import fact
+from proofs.witness import Witness
+
+SCOPE_WORDS = ("every layout 0.33.0 accepts (any number of groups of each kind, each "
+               "with its own block size; any blocks_per_chunk, window, prompt, GPU hit "
+               "and caps; EAGLE on any group), partial tails off (prefix_match_unit "
+               "unset)")
+# the theorems the layered proof covers, and the preconditions it may take
+COVERED = ("no-partial-state", "leaves-last-token", "termination")
+TAKES = ("align-divides-blocks", "no-eagle", "mamba-mode-not-all")
+
+Query = tuple[str, Callable[[], list[z3.BoolRef]]]
+
+
+def covers(thm: str, assumed: Sequence[str]) -> bool:
+    return thm in COVERED and all(p in TAKES for p in assumed)
+
+
+def _aligned(thm: str) -> bool:
+    return thm == "no-partial-state"
+
+
+@dataclass
+class _Setup:
+    enc: Enc
+    cfg: T.Cfg
+    d: T.D
+    premises: list[z3.BoolRef]
+
+
+def _setup(assumed: Sequence[str], kinds: Sequence[str]) -> _Setup:
+    enc = Enc()
+    cfg = T.symbolic_config(kinds)
+    d = T.derive(enc, cfg, T.symbolic_env())
+    premises = [T.startup(enc, cfg)] + [T.precondition(p, enc, cfg, d) for p in assumed]
+    return _Setup(enc, cfg, d, premises)
+
+
+def _finish(enc: Enc, cons: list[z3.BoolRef]) -> list[z3.BoolRef]:
+    cons = cons + enc.cons
+    return cons + enc.grounded(cons)
+
+
+def _ma(enc: Enc, d: T.D, y: z3.ArithRef, name: str) -> z3.BoolRef:
+    """``y`` is a multiple of the Mamba align size."""
+    return y == d.align * enc.floordiv(y, d.align, name)
+
+
+def lemma_turn(sem: Semantics, assumed: Sequence[str], name: str, kind: str
+               ) -> list[z3.BoolRef]:
+    """A fact of ``proofs.lemmas_v033`` about one turn of a group of ``kind``, from any
+    state (every flag, eagle_verified included, symbolic), on the exact encoding."""
+    x = _setup(assumed, (kind,))
+    st = fresh_state(x.enc, 1, "pre")
+    _, t = T.group_step(x.enc, x.cfg, x.d, sem, st, 0)
+    if name == "chunk-positive":
+        claim = fact(name, x.d.tpc[0])
+    elif name == "cut-on-chunk":  # the multiple, named: one of the turn's chunk counts
+        tpc = x.d.tpc[0]
+        claim = fact(name, t, lambda y: z3.Or([y == tpc * k for k in t.ends]))
+    elif name == "chunk-in-align":  # y = k * tpc, and tpc = c * A (align-divides-blocks)
+        y, k = z3.Int("on_chunk"), z3.Int("chunks")
+        c = z3.Int("chunks_per_align0")
+        claim = fact(name, x.d.align_on, y == x.d.tpc[0] * k, y == x.d.align * (c * k))
+    elif name == "align-after":
+        claim = fact(name, t, x.d.align_on, _ma(x.enc, x.d, t.m2, "m2_in_align"))
+    else:
+        claim = fact(name, t)
+    return _finish(x.enc, x.premises + [z3.Not(claim)])
+
+
+def lemma_initial(assumed: Sequence[str]) -> list[z3.BoolRef]:
+    """initial-aligned, on the exact initial max hit of an unknown layout."""
+    x = _setup(assumed, (T.FA,))
+    m0 = T.initial_max_hit(x.enc, x.cfg, x.d)
+    claim = fact("initial-aligned", x.d.align_on, _ma(x.enc, x.d, m0, "m0_in_align"))
+    return _finish(x.enc, x.premises + [z3.Not(claim)])
+
+
+def final_query(thm: str, assumed: Sequence[str], kind: str) -> list[z3.BoolRef]:
+    """The property at the loop's end for a group of ``kind`` of an unknown layout, from
+    ``proofs.abstract_v033.summary`` read exactly: the loop ended neither stopped nor
+    deferred with max_hit_size_tokens ``y`` (num_hit_tokens = y - num_computed_tokens),
+    ``y`` at most the initial max hit and, with rounding, on the align size. The other
+    groups' being-loaded delay is left out (it only ever defers more)."""
+    x = _setup(assumed, (kind,))
+    enc, cfg, d = x.enc, x.cfg, x.d
+    y = z3.Int("final_max_hit")
+    nc = cfg.computed
+    m0 = T.initial_max_hit(enc, cfg, d)
+    facts = [y - nc >= 1, y <= m0]
+    if _aligned(thm):
+        facts.append(z3.Implies(d.align_on, y == d.align * z3.Int("final_in_align")))
+    st = State(y, y - nc, z3.BoolVal(False), z3.BoolVal(False), (z3.BoolVal(False),),
+               z3.IntVal(NEXT_NONE), z3.BoolVal(False))
+    r = T.result_of(enc, cfg, d, st, [0])
+    violation = T.VIOLATIONS[thm](enc, cfg, d, r)
+    return _finish(enc, x.premises + facts + [violation])
+
+
+def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Query]:
+    """Every query of the layered proof: each must be unsatisfiable."""
+    aligned = _aligned(thm)
+    names = loop_assumes(sem.reround_mamba, sem.reround_rerun, aligned)
+    out: list[Query] = []
+    for name in names:
+        if name == "initial-aligned":
+            out.append((f"lemma {name}", partial(lemma_initial, assumed)))
+            continue
+        for kind in T.KINDS:
+            out.append((f"lemma {name} ({kind})",
+                        partial(lemma_turn, sem, assumed, name, kind)))
+    for name, q in obligations(sem.reround_mamba, sem.reround_rerun, aligned):
+        out.append((name, partial(list, q)))
+    if thm != "termination":
+        kinds = (T.MAMBA,) if thm == "no-partial-state" else (T.FA,)
+        for kind in kinds:  # a property of the Mamba groups / of the layout
+            out.append((f"property from the summary ({kind})",
+                        partial(final_query, thm, assumed, kind)))
+    return out
+
+
+_PROVED: set[tuple[object, ...]] = set()
+
+
+def prove(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
+          ) -> tuple[str, str, float]:
+    """('PROVED' | 'FAILED' | 'UNKNOWN', which query, seconds). A lemma proved once in
+    this process (same semantics and preconditions) is not asked again."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout_ms / 1000
+    for name, build in proof_queries(thm, sem, assumed):
+        key = (sem.name, tuple(sorted(assumed)), name) if name.startswith("lemma") else (
+            thm, sem.name, tuple(sorted(assumed)), name)
+        if key in _PROVED:
+            continue
+        left = int((deadline - time.monotonic()) * 1000)
+        if left <= 0:
+            return "UNKNOWN", f"{name}: out of time", time.monotonic() - t0
+        s = z3.Solver()
+        s.set("timeout", left)
+        s.add(*build())
+        res = s.check()
+        if res == z3.sat:
+            return "FAILED", name, time.monotonic() - t0
+        if res == z3.unknown:
+            return "UNKNOWN", f"{name}: solver returned unknown", time.monotonic() - t0
+        _PROVED.add(key)
+    return "PROVED", "", time.monotonic() - t0
+
+
+# --- witnesses: the premises hold on a run with a hit that restores a Mamba state -------
+
+WITNESS_LAYOUTS: tuple[tuple[str, ...], ...] = ((T.MAMBA,), (T.FA, T.MAMBA),
+                                                (T.FA, T.SW, T.MAMBA))
+WITNESS_CHUNKS = 4
+
+
+def _witness_query(sem: Semantics, assumed: Sequence[str], kinds: tuple[str, ...],
+                   gpu: int, bpc: int, passes: int) -> tuple[z3.Solver, T.Cfg, z3.ArithRef]:
+    """A run of the whole loop composed of exact turns (``turn_v033.run_loop``) under
+    the layered proof's premises (start-up, request rules, preconditions), with a
+    non-zero hit that restores a Mamba state; block sizes fixed, at most
+    ``WITNESS_CHUNKS`` chunks per group."""
+    enc = Enc(bound=WITNESS_CHUNKS + 2)
+    cfg = replace(T.symbolic_config(kinds), gpu=tuple(z3.IntVal(gpu) for _ in kinds),
+                  bpc=z3.IntVal(bpc), window=tuple(
+                      None if k != T.SW else z3.IntVal(2 * gpu * bpc) for k in kinds))
+    d = T.derive(enc, cfg)
+    cons = [T.startup(enc, cfg)] + [T.precondition(p, enc, cfg, d) for p in assumed]
+    cons += [k <= WITNESS_CHUNKS for k in d.keys]
+    st = T.run_loop(enc, cfg, d, sem, passes)
+    r = T.result_of(enc, cfg, d, st)
+    mamba = [g for g, k in enumerate(kinds) if k == T.MAMBA]
+    loads = T.load_plan(enc, cfg, d, r.hit, mamba)
+    cons += [T.finished(st), T.active(r), cfg.prefix_caching,
+             z3.Or([loads[g].pending > 0 for g in mamba])]
+    s = z3.Solver()
+    s.add(*(cons + enc.cons))
+    return s, cfg, r.hit
+
+
+def scenario_of(m: z3.ModelRef, cfg: T.Cfg, sem: Semantics, bound: int) -> dict[str, Any]:
+    def b(e: z3.BoolRef) -> bool:
+        return bool(z3.is_true(m.eval(e, model_completion=True)))
+
+    def i(e: z3.ArithRef) -> int:
+        return int(m.eval(e, model_completion=True).as_long())
+
+    prompt, bpc = i(cfg.prompt), i(cfg.bpc)
+    groups = []
+    for g, kind in enumerate(cfg.kinds):
+        gpu = i(cfg.gpu[g])
+        n = min(prompt // (gpu * bpc), bound)
+        st = cfg.stores[g]
+        idx = [z3.IntVal(c) for c in range(n)]
+        hit = [c for c in range(n) if b(st.stored(idx[c])) and not b(st.deferred(idx[c]))]
+        grp: dict[str, Any] = {"kind": kind, "gpu_block_size": gpu,
+                               "stored": "all" if len(hit) == n else hit}
+        w = cfg.window[g]
+        if w is not None:
+            grp["sliding_window"] = i(w)
+        if kind == T.MAMBA:
+            grp["mamba_cache_mode"] = "align" if b(cfg.prefix_caching) else "none"
+        if b(cfg.eagle[g]):
+            grp["eagle"] = True
+        pending = [c for c in range(n) if b(st.stored(idx[c])) and b(st.deferred(idx[c]))]
+        retry = [c for c in range(n) if not b(st.stored(idx[c])) and b(st.deferred(idx[c]))]
+        loading = [c for c in range(n) if b(st.loading(idx[c]))]
+        for name, chunks in (("pending", pending), ("deferred", retry),
+                             ("being_loaded", loading)):
+            if chunks:
+                grp[name] = chunks
+        groups.append(grp)
+    out: dict[str, Any] = {"semantics": sem.name, "block_size_factor": 1}
+    if bpc != 1:
+        out["blocks_per_chunk"] = bpc
+    out |= {"prompt_tokens": prompt, "num_computed_tokens": i(cfg.computed),
+            "groups": groups}
+    if not b(cfg.prefix_caching):
+        out["enable_prefix_caching"] = False
+    if b(cfg.skip_reading):
+        out["skip_reading_prefix_cache"] = True
+    if b(cfg.in_flight):
+        out["in_flight_transfers"] = True
+    if b(cfg.has_new_cap):
+        out["max_num_new_tokens"] = i(cfg.new_cap)
+    if b(cfg.has_load_cap):
+        out["max_load_tokens"] = i(cfg.load_cap)
+    return out
+
+
+def witness(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 60_000
+            ) -> Witness:
+    """A run the layered proof's premises admit, with a non-zero hit that restores a
+    Mamba state, replayed through model/ (same hit, a Mamba load)."""
+    from proofs.witness import _solve_alone
+
+    t0 = time.monotonic()
+    deadline = t0 + timeout_ms / 1000
+    for kinds in WITNESS_LAYOUTS:
+        for gpu, bpc, passes in ((1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 2)):
+            left = int((deadline - time.monotonic()) * 1000)
+            if left <= 0:
+                break
+            s, cfg, hit = _witness_query(sem, assumed, kinds, gpu, bpc, passes)
+            m = _solve_alone(s, left)
+            if m is None:
+                continue
+            scen = scenario_of(m, cfg, sem, WITNESS_CHUNKS + 2)
+            z_hit = int(m.eval(hit, model_completion=True).as_long())
+            o = evaluate(parse_scenario(scen))
+            mamba_load = any(ld.blocks and ld.state_position is not None for ld in o.loads)
+            if o.refused or o.hit_tokens != z_hit or not mamba_load:
+                return Witness(False, time.monotonic() - t0, scen, z_hit,
+                               note=f"witness not reproduced by model/ (hit {o.hit_tokens}, "
+                                    f"Z3 {z_hit}; refused: {o.refused}): encoding bug")
+            return Witness(True, time.monotonic() - t0, scen, z_hit)
+    return Witness(False, time.monotonic() - t0,
+                   note="no run with a non-zero hit and a Mamba load satisfies the layered "
+                        "proof's premises (small layouts): the proof may be vacuous")
