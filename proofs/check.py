@@ -67,6 +67,9 @@ class Verdict:
     seconds: float
     counterexample: dict[str, Any] | None = None
     note: str = ""
+    # the bound the verdict holds within, where it differs from the semantics' (the
+    # layered 0.33.0 proof's "every layout", proofs/layers_v033.py)
+    scope: str | None = None
 
 
 def _solve(cons: Sequence[z3.BoolRef], timeout_ms: int) -> tuple[z3.CheckSatResult, z3.Solver]:
@@ -512,9 +515,15 @@ def check(thm_name: str, sem_name: str, timeout_ms: int = 30_000,
     for a in assumed:
         if a not in PRECONDITIONS:
             raise ValueError(f"precondition: unknown name {a!r}")
-    if sem.chunked:  # vLLM 0.33.0: the bounded exact encoding (proofs/check_v033.py)
-        from proofs import check_v033
+    if sem.chunked:  # vLLM 0.33.0: the layered proof (every layout) where it closes,
+        # else the bounded exact encoding (proofs/check_v033.py), which also gives every
+        # counterexample
+        from proofs import check_v033, layers_v033
 
+        if not search_first and layers_v033.covers(thm_name, assumed):
+            v = layers_v033.check(thm_name, sem, assumed, timeout_ms)
+            if v is not None:
+                return v
         v33 = check_v033.check(thm_name, sem_name, assumed, timeout_ms)
         return Verdict(v33.status, v33.seconds, v33.counterexample, v33.note)
     # every result is about requests the engine can produce

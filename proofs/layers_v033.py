@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import z3
 
@@ -34,6 +34,9 @@ from proofs.encoding import NEXT_NONE, Enc, State, fresh_state
 from proofs.lemmas_v033 import assumed as loop_assumes
 from proofs.lemmas_v033 import fact
 from proofs.witness import Witness
+
+if TYPE_CHECKING:
+    from proofs.check import Verdict
 
 SCOPE_WORDS = ("every layout 0.33.0 accepts (any number of groups of each kind, each "
                "with its own block size; any blocks_per_chunk, window, prompt, GPU hit "
@@ -80,13 +83,20 @@ def _ma(enc: Enc, d: T.D, y: z3.ArithRef, name: str) -> z3.BoolRef:
     return y == d.align * enc.floordiv(y, d.align, name)
 
 
-def lemma_turn(sem: Semantics, assumed: Sequence[str], name: str, kind: str
-               ) -> list[z3.BoolRef]:
+Pin = Callable[[T.Cfg, State, T.Step], list[z3.BoolRef]]
+
+
+def lemma_turn(sem: Semantics, assumed: Sequence[str], name: str, kind: str,
+               pin: Pin | None = None, negated: bool = True) -> list[z3.BoolRef]:
     """A fact of ``proofs.lemmas_v033`` about one turn of a group of ``kind``, from any
-    state (every flag, eagle_verified included, symbolic), on the exact encoding."""
+    state (every flag, eagle_verified included, symbolic), on the exact encoding. Tests
+    ``pin`` the configuration, state or turn to a case (an unverified EAGLE group, say),
+    or leave the negated claim out (``negated``) to see the premises hold there."""
     x = _setup(assumed, (kind,))
     st = fresh_state(x.enc, 1, "pre")
     _, t = T.group_step(x.enc, x.cfg, x.d, sem, st, 0)
+    if pin is not None:
+        x.premises += pin(x.cfg, st, t)
     if name == "chunk-positive":
         claim = fact(name, x.d.tpc[0])
     elif name == "cut-on-chunk":  # the multiple, named: one of the turn's chunk counts
@@ -100,7 +110,7 @@ def lemma_turn(sem: Semantics, assumed: Sequence[str], name: str, kind: str
         claim = fact(name, t, x.d.align_on, _ma(x.enc, x.d, t.m2, "m2_in_align"))
     else:
         claim = fact(name, t)
-    return _finish(x.enc, x.premises + [z3.Not(claim)])
+    return _finish(x.enc, x.premises + ([z3.Not(claim)] if negated else []))
 
 
 def lemma_initial(assumed: Sequence[str]) -> list[z3.BoolRef]:
@@ -293,3 +303,28 @@ def witness(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 
     return Witness(False, time.monotonic() - t0,
                    note="no run with a non-zero hit and a Mamba load satisfies the layered "
                         "proof's premises (small layouts): the proof may be vacuous")
+
+
+def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
+          ) -> Verdict | None:
+    """A PROVED ``proofs.check.Verdict`` with the layered proof's scope, or None when the
+    layered proof does not close (the caller then runs the bounded check, which finds
+    any counterexample). ``termination`` also keeps the bounded check: the bounded
+    verdicts of the other theorems rest on its bound on the passes."""
+    from proofs import check_v033
+    from proofs.check import Verdict
+
+    t0 = time.monotonic()
+    status, where, _ = prove(thm, sem, assumed, timeout_ms // 2)
+    if status != "PROVED":
+        return None
+    note = f"layered proof (proofs/layers_v033.py): {SCOPE_WORDS}"
+    if thm == "termination":
+        left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
+        bounded = check_v033.check(thm, sem.name, assumed, left)
+        if bounded.status != "PROVED":
+            return Verdict(bounded.status, time.monotonic() - t0, bounded.counterexample,
+                           f"{note}; but the bounded pass bound: {bounded.note}")
+        note += ("; and within the bounded scope of the other 0.33.0 verdicts "
+                 f"({bounded.note.removeprefix('bounded scope: ')})")
+    return Verdict("PROVED", time.monotonic() - t0, note=note, scope=SCOPE_WORDS)

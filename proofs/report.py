@@ -85,7 +85,11 @@ def run_one(theorem: str, semantics: str, timeout_s: float, necessity: bool) -> 
                       search_first=True)
             needs.append(Necessity(p, w.status, w.counterexample, time.monotonic() - t0))
     wit = None
-    if v.status == "PROVED" and get_semantics(semantics).chunked:
+    if v.status == "PROVED" and v.scope is not None:  # 0.33.0's layered proof
+        from proofs.layers_v033 import witness as witness_layered
+
+        wit = witness_layered(theorem, get_semantics(semantics), pre)
+    elif v.status == "PROVED" and get_semantics(semantics).chunked:
         from proofs.check_v033 import witness as witness_v033
 
         wit = witness_v033(theorem, semantics, pre)
@@ -103,8 +107,11 @@ def run_one(theorem: str, semantics: str, timeout_s: float, necessity: bool) -> 
     return Row(theorem, semantics, v, expected, tuple(needs), wit, accepted, acc_expected)
 
 
-def _scope(semantics: str) -> str | None:
-    """The bound a verdict on ``semantics`` holds within (None: unbounded)."""
+def _scope(semantics: str, v: Verdict | None = None) -> str | None:
+    """The bound a verdict on ``semantics`` holds within (None: unbounded); ``v``'s own
+    where it names one (0.33.0's layered proof)."""
+    if v is not None and v.scope is not None:
+        return v.scope
     if not get_semantics(semantics).chunked:
         return None
     from proofs.encoding_v033 import SCOPE
@@ -134,7 +141,9 @@ def row_json(row: Row) -> dict[str, Any]:
                                                   if n.precondition == p), None)}
             for p in THEOREMS[row.theorem].pre(row.semantics)
         ],
-        "scope": _scope(row.semantics),
+        "scope": _scope(row.semantics, row.verdict),
+        # the bounded encoding's scope (False: no bound, or the layered proof's words)
+        "bounded": _scope(row.semantics) is not None and row.verdict.scope is None,
         "counterexample": row.verdict.counterexample,
         "over_accepted_layouts": {
             "status": (row.accepted or row.verdict).status,
@@ -162,26 +171,33 @@ def write_report(rows: Sequence[Row], out: Path) -> None:
     (out / "counterexamples").mkdir(exist_ok=True)
     md = ["# Lookup theorems: results", "",
           "Each theorem is checked against each semantics; sizes, prompt length, GPU hit and "
-          "store content are symbolic and unbounded (for vllm-0.33.0 and alt-v033-*, the "
-          "prompt is at most 3 chunks of each group: see their bounded scope).", "",
+          "store content are symbolic and unbounded (for the vllm-0.33.0 and alt-v033-* "
+          "rows marked bounded, the prompt is at most 3 chunks of each group: see their "
+          "bounded scope).", "",
           "The first verdict is over every layout the release's start-up checks accept "
           "(no precondition); the second, where a theorem "
           "has preconditions, under them. Layouts: any number of groups of each kind, "
           "each with its own block size, EAGLE on any of them, any block_size_factor and "
           "window (the loop is proved for any number of groups: proofs/abstract.py). "
-          "vLLM 0.33.0 and its fixes (vllm-0.33.0, alt-v033-*) are checked by an exact "
-          "bounded encoding (proofs/encoding_v033.py): their verdicts hold within the "
-          "bounded scope named beside each (every token size still symbolic and "
-          "unbounded); a counterexample is valid whatever the scope.", "",
+          "vLLM 0.33.0 and its fixes (vllm-0.33.0, alt-v033-*) are proved for every "
+          "layout 0.33.0 accepts with partial tails off by a layered proof "
+          "(proofs/layers_v033.py) where it closes, the scope named beside each; the "
+          "others are checked by an exact bounded encoding (proofs/encoding_v033.py): "
+          "their verdicts hold within the bounded scope named beside each (every token "
+          "size still symbolic and unbounded); a counterexample is valid whatever the "
+          "scope.", "",
           "| theorem | semantics | over accepted layouts | expected | with preconditions "
           "| expected | matches | seconds |",
           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         names = ", ".join(f"`{p}`" for p in THEOREMS[r.theorem].pre(r.semantics))
         acc = (r.accepted or r.verdict).status
-        if _scope(r.semantics):
-            acc += f" (bounded: {_scope(r.semantics)})"
+        av = r.accepted or r.verdict
+        if _scope(r.semantics, av):
+            acc += f" ({'' if av.scope else 'bounded: '}{_scope(r.semantics, av)})"
         with_pre = f"{r.verdict.status} ({names})" if names else "(none)"
+        if names and r.accepted is not None and r.verdict.scope:
+            with_pre += f" ({r.verdict.scope})"
         md.append(f"| {r.theorem} | {r.semantics} | {acc} | {r.accepted_expected} | "
                   f"{with_pre} | {r.expected if names else ''} | "
                   f"{'yes' if r.matches else 'NO'} | {r.verdict.seconds:.2f} |")

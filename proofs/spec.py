@@ -366,7 +366,7 @@ def matrix(results: Results) -> list[dict[str, Any]]:
                 continue
             cell = _cell(r["expected"], str(r["status"]), bool(r["matches"]),
                          _anchor_of(results, name, sem, ""))
-            cell["bounded"] = bool(r.get("scope"))
+            cell["bounded"] = bool(r.get("scope")) and r.get("bounded", True)
             acc = r.get("over_accepted_layouts") or {}
             apart = bool(acc) and bool(r["preconditions"]) and (
                 acc.get("status") != r["status"] or acc.get("expected") != r["expected"])
@@ -444,7 +444,7 @@ def scope(results: Results) -> dict[str, Any]:
                     words.append(p["words"])
     layouts = sorted({r["scope"] if isinstance(r["scope"], str)
                       else json.dumps(r["scope"], sort_keys=True)
-                      for r in results.rows if r.get("scope")})
+                      for r in results.rows if r.get("scope") and r.get("bounded", True)})
     # rows with a verdict over every layout the release's start-up checks accept come
     # from proofs that cover any layout (proofs/report.py); before that, the template
     any_layout = any("over_accepted_layouts" in r for r in results.rows)

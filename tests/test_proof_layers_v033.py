@@ -1,0 +1,425 @@
+"""The layered proof for vLLM 0.33.0 (``proofs/layers_v033.py``) covers every layout and
+cannot be fooled by an unproved assumption; its exact unbounded turn
+(``proofs/turn_v033.py``) is pinned to ``model/lookup_v033.py``.
+
+* The loop obligations (``proofs.abstract_v033``) pinned to pure Mamba, full attention +
+  Mamba, two Mamba groups and several attention groups stay proved and their premises
+  are satisfiable there; the lemmas pinned to an unverified EAGLE group stay proved with
+  satisfiable premises; model runs on such layouts (EAGLE too) end where the summary says.
+* Every fact the abstract loop assumes is a ``proofs.lemmas_v033`` definition with its
+  lemma for every kind; weakening a lemma or dropping an assumption turns a query red.
+* The abstract turn restates the exact turn's control flow (an unsatisfiable query).
+* Conformance: the exact turns composed into the whole loop agree with the model on
+  generated scenarios (several groups of each kind, EAGLE, HIT_PENDING, RETRY, caps), and
+  a copy without the EAGLE pop, the eagle_verified clear, the :917 chunk-align, the
+  HIT_PENDING deferral or the initial window disagrees on a scenario.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+import sys
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import z3
+
+import proofs.lemmas_v033 as lemmas
+from model.evaluate import evaluate
+from model.scenario import Scenario, parse_scenario
+from model.semantics import get_semantics
+from proofs import abstract_v033 as abstract
+from proofs import turn_v033
+from proofs.conformance_turn_v033 import encode_scenario, in_scope
+from proofs.encoding import Enc, fresh_state
+from proofs.layers_v033 import lemma_turn, proof_queries, prove
+
+SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun")
+LAYOUTS = {
+    "pure Mamba": ("mamba",),
+    "full attention + Mamba": ("full_attention", "mamba"),
+    "two Mamba groups": ("mamba", "mamba"),
+    "several attention groups": ("full_attention", "full_attention", "sliding_window",
+                                 "sliding_window", "mamba"),
+}
+# (reround, rerun, aligned) of the abstract loop: each semantics, with and without the
+# align size tracked
+LOOPS = [(False, False, False), (False, False, True), (True, False, True),
+         (True, True, True), (True, True, False)]
+
+
+def _check(q: list[z3.BoolRef]) -> z3.CheckSatResult:
+    s = z3.Solver()
+    s.set("timeout", 30_000)
+    s.add(*q)
+    return s.check()
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+@pytest.mark.parametrize("flags", LOOPS)
+def test_loop_proof_instantiates_to_layout(name: str, flags: tuple[bool, bool, bool]
+                                           ) -> None:
+    kinds = LAYOUTS[name]
+    lp = abstract.loop(*flags)
+    pin = [lp.n == len(kinds), lp.f == kinds.count("full_attention")]
+    obligations = dict(abstract.obligations(*flags))
+    for oname, q in obligations.items():
+        assert _check(q + pin) == z3.unsat, oname
+    # not vacuous: the step's premises (all but the negated goal) hold for this layout
+    step = obligations["loop: a turn of any group keeps the invariant"]
+    assert _check(step[:-1] + pin) == z3.sat
+    assert set(kinds) <= set(turn_v033.KINDS)  # every kind has its lemmas
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("semantics", SEMANTICS)
+@pytest.mark.parametrize("kind", turn_v033.KINDS)
+def test_lemmas_instantiate_to_unverified_eagle(semantics: str, kind: str) -> None:
+    """Every turn lemma stays proved for an EAGLE group that has not popped yet, and its
+    premises hold for one (with a load cap, to reach :917)."""
+    sem = get_semantics(semantics)
+    pre = ("align-divides-blocks",) if semantics == "vllm-0.33.0" else ()
+
+    def eagle(cfg: turn_v033.Cfg, st: Any, t: Any) -> list[z3.BoolRef]:
+        return [cfg.eagle[0], z3.Not(st.verified[0]), cfg.has_load_cap,
+                z3.Not(t.deferred), z3.Not(t.too_short)]
+
+    names = lemmas.assumed(sem.reround_mamba, sem.reround_rerun, True)
+    for name in names:
+        if name != "initial-aligned":
+            assert _check(lemma_turn(sem, pre, name, kind, eagle)) == z3.unsat, name
+    assert _check(lemma_turn(sem, pre, "pre-below", kind, eagle, negated=False)) == z3.sat
+
+
+def _layout_scenarios(kinds: tuple[str, ...], semantics: str, rng: random.Random,
+                      count: int) -> list[Scenario]:
+    out: list[Scenario] = []
+    while len(out) < count:
+        raw = scenario_dict(rng, semantics, kinds)
+        for g in raw["groups"]:  # mostly stored: hits on layouts of many groups
+            if rng.random() < 0.8:
+                g["stored"] = "all"
+        s = parse_scenario(raw)
+        if in_scope(s) and evaluate(s).refused is None:
+            out.append(s)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [*LAYOUTS, "EAGLE groups"])
+def test_model_runs_end_where_the_summary_says(name: str) -> None:
+    """The proved summary, instantiated: a converged non-zero hit ends at or below the
+    initial max hit and, with a Mamba align group, on the align size (under the fixes;
+    on 0.33.0 where every chunk is a multiple of the Mamba chunk)."""
+    kinds = LAYOUTS.get(name, ("full_attention", "sliding_window", "mamba"))
+    rng = random.Random(7)
+    hits = aligned = 0
+    for semantics in SEMANTICS:
+        for s in _layout_scenarios(kinds, semantics, rng, 25):
+            if name == "EAGLE groups":
+                s = replace(s, groups=tuple(replace(g, eagle=True) for g in s.groups))
+            o = evaluate(s)
+            if o.refused or not o.hit_tokens or o.layout is None:
+                continue
+            hits += 1
+            y = s.num_computed_tokens + o.hit_tokens
+            layout = o.layout
+            m0 = s.prompt_tokens
+            for cap in (s.max_num_new_tokens, s.max_load_tokens):
+                if cap is not None:
+                    m0 = min(m0, s.num_computed_tokens + cap)
+            if layout.sliding_window_groups:
+                m0 -= 1
+                if layout.mamba_align_size:
+                    m0 = m0 // layout.mamba_align_size * layout.mamba_align_size
+            assert y <= m0, (s, y)
+            a = layout.mamba_align_size
+            divides = a is not None and all(c.tokens_per_chunk % a == 0
+                                            for c in layout.groups)
+            if a is not None and (semantics != "vllm-0.33.0" or divides):
+                aligned += 1
+                assert y % a == 0, (s, y)
+    assert hits >= 12 and (aligned >= 5 or "mamba" not in kinds), (hits, aligned)
+
+
+def test_every_assumption_has_its_lemma() -> None:
+    for semantics in SEMANTICS:
+        sem = get_semantics(semantics)
+        pre = ("align-divides-blocks",) if semantics == "vllm-0.33.0" else ()
+        names = {n for n, _ in proof_queries("no-partial-state", sem, pre)}
+        for a in lemmas.assumed(sem.reround_mamba, sem.reround_rerun, True):
+            if a == "initial-aligned":
+                assert f"lemma {a}" in names
+            else:
+                assert all(f"lemma {a} ({k})" in names for k in turn_v033.KINDS), a
+        assert set(lemmas.assumed(sem.reround_mamba, sem.reround_rerun, True)) <= set(
+            lemmas.LEMMAS)
+
+
+@pytest.mark.slow
+def test_sabotage_unguarded_align_after_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropping the not-deferred guard of align-after (a deferred turn under a load cap
+    may leave the bound off the align size) makes its lemma fail."""
+    sem = get_semantics("alt-v033-reround-mamba")
+    assert _check(lemma_turn(sem, (), "align-after", "full_attention")) == z3.unsat
+
+    def chunk_3(cfg: turn_v033.Cfg, st: Any, t: Any) -> list[z3.BoolRef]:
+        return [cfg.gpu[0] == 3, cfg.bpc == 1]  # the counterexample's sizes: quick sat
+
+    def unguarded(t: Any, align_on: z3.BoolRef, ma_m2: z3.BoolRef) -> z3.BoolRef:
+        return z3.Implies(align_on, ma_m2)
+
+    monkeypatch.setitem(lemmas.LEMMAS, "align-after",
+                        replace(lemmas.LEMMAS["align-after"], fact=unguarded))
+    assert _check(lemma_turn(sem, (), "align-after", "full_attention", chunk_3)) == z3.sat
+
+
+def test_sabotage_dropped_assumption_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop needs each assumed fact: without cut-below it cannot show a pass that
+    schedules another lowered the bound (termination)."""
+    sem = get_semantics("vllm-0.33.0")
+    assert prove("termination", sem, (), 60_000)[0] == "PROVED"
+    orig = lemmas.assumed
+    monkeypatch.setattr(abstract, "assumed", lambda *a: tuple(
+        n for n in orig(*a) if n != "cut-below"))
+    q = dict(abstract.obligations(False, False, False))
+    assert _check(q["loop: a turn of any group keeps the invariant"]) == z3.sat
+
+
+def test_precondition_needed_on_0_33_0() -> None:
+    """On 0.33.0 without align-divides-blocks the layered proof of no-partial-state
+    does not close (finding 001): lemma chunk-in-align fails."""
+    status, where, _ = prove("no-partial-state", get_semantics("vllm-0.33.0"), (), 60_000)
+    assert status == "FAILED" and "chunk-in-align" in where
+
+
+@pytest.mark.parametrize("semantics", SEMANTICS)
+@pytest.mark.parametrize("kind", turn_v033.KINDS)
+def test_abstract_turn_is_the_exact_turn(semantics: str, kind: str) -> None:
+    """The abstract turn (``proofs.abstract_v033.turn``) restates ``group_step``'s control
+    flow: with its symbols bound to the exact turn's values it computes the same next
+    state (pinned by an unsatisfiable query)."""
+    sem = get_semantics(semantics)
+    enc = Enc()
+    cfg = turn_v033.symbolic_config((kind,))
+    d = turn_v033.derive(enc, cfg, turn_v033.symbolic_env())
+    st = fresh_state(enc, 1, "pre")
+    exact, t = turn_v033.group_step(enc, cfg, d, sem, st, 0)
+    lp = abstract.loop(sem.reround_mamba, sem.reround_rerun, False)
+    s = abstract.fresh("s")
+    after, _, _ = abstract.turn(lp, s, "t")
+    bind = [lp.tpc(s.k) == d.tpc[0], s.k == 0, lp.f == (1 if kind == "full_attention" else 0),
+            lp.nc == cfg.computed, s.m == st.m, s.num_hit == st.num_hit,
+            s.defer == st.defer, s.looked == st.looked, s.next == st.next,
+            z3.Int("t_m1") == t.m1, z3.Int("t_m2") == t.m2,
+            z3.Bool("t_deferred") == t.deferred, z3.Bool("t_no_hit") == t.no_hit,
+            turn_v033.startup(enc, cfg)]
+    if sem.reround_rerun:
+        bind.append(z3.Bool("t_lowered") == t.lowered)
+    same = z3.And(after.halted == exact.halted, z3.Implies(z3.Not(exact.halted), z3.And(
+        after.m == exact.m, after.num_hit == exact.num_hit, after.defer == exact.defer,
+        after.looked == exact.looked, after.next == exact.next)))
+    assert _check(enc.cons + bind + [z3.Not(same)]) == z3.unsat
+
+
+# --- conformance of the exact turn to model/ ----------------------------------------------
+
+
+def _some(rng: random.Random, n: int, p: float) -> list[int]:
+    return [i for i in range(n) if rng.random() < p]
+
+
+def scenario_dict(rng: random.Random, semantics: str,
+                  kinds: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """A request with any layout of up to 4 groups (several of a kind), biased to the
+    interesting cases: EAGLE, HIT_PENDING and RETRY answers, being-loaded chunks, caps,
+    block sizes that do not divide each other, prefix caching off."""
+    if kinds is None:
+        kinds = tuple(rng.choice(turn_v033.KINDS) for _ in range(rng.randint(1, 4)))
+    unit = rng.choice((1, 1, 2))
+    sizes = [unit * rng.choice((1, 2, 3)) for _ in kinds]
+    mamba = [i for i, k in enumerate(kinds) if k == "mamba"]
+    for i in mamba:  # scheduler.py:153: Mamba align groups share the chunk
+        sizes[i] = sizes[mamba[0]]
+    if rng.random() < 0.3:
+        sizes = [sizes[0]] * len(kinds)
+    bpc = rng.choice((1, 1, 1, 2))
+    caching = rng.random() < 0.85
+    if not caching and mamba and len(kinds) > 1:
+        sizes = [sizes[0]] * len(kinds)
+    prompt = rng.randint(1, 5 * max(sizes) * bpc)
+    lcm = math.lcm(*sizes)
+    computed = 0
+    if caching and prompt > lcm and rng.random() < 0.3:
+        computed = lcm * rng.randint(0, (prompt - 1) // lcm)
+    groups = []
+    for kind, size in zip(kinds, sizes, strict=True):
+        n = prompt // (size * bpc)
+        g: dict[str, Any] = {"kind": kind, "gpu_block_size": size,
+                             "stored": _some(rng, n, rng.choice((0.7, 0.9, 1.0)))}
+        if kind == "sliding_window":
+            g["sliding_window"] = rng.randint(1, 3 * size * bpc)
+        if kind == "mamba":
+            g["mamba_cache_mode"] = "align" if caching else "none"
+        if rng.random() < 0.35:
+            g["eagle"] = True
+        for name, p in (("pending", 0.08), ("deferred", 0.05), ("being_loaded", 0.05)):
+            if rng.random() < 0.4:
+                picked = _some(rng, n, p)
+                if picked:
+                    g[name] = picked
+        groups.append(g)
+    out: dict[str, Any] = {"semantics": semantics, "block_size_factor": 1,
+                           "prompt_tokens": prompt, "num_computed_tokens": computed,
+                           "groups": groups}
+    if bpc != 1:
+        out["blocks_per_chunk"] = bpc
+    if not caching:
+        out["enable_prefix_caching"] = False
+    if rng.random() < 0.04:
+        out["skip_reading_prefix_cache"] = True
+        out["num_computed_tokens"] = 0
+    if rng.random() < 0.04:
+        out["in_flight_transfers"] = True
+    if rng.random() < 0.2:
+        out["max_num_new_tokens"] = rng.randint(0, prompt)
+    if rng.random() < 0.2:
+        out["max_load_tokens"] = rng.randint(0, prompt)
+    return out
+
+
+def scenarios(count: int, seed: int = 0) -> list[Scenario]:
+    rng = random.Random(seed)
+    out = []
+    while len(out) < count:
+        s = parse_scenario(scenario_dict(rng, SEMANTICS[len(out) % len(SEMANTICS)]))
+        if in_scope(s) and evaluate(s).refused is None:
+            out.append(s)
+    return out
+
+
+def conforms(s: Scenario, mod: ModuleType = turn_v033, seen: Counter[str] | None = None
+             ) -> None:
+    o = evaluate(s)
+    assert o.refused is None and o.lookup is not None
+    e = encode_scenario(s, o.lookup.passes, mod)
+    assert e.startup, "start-up constraints refuse a scenario model/ takes"
+    assert e.unique, "the encoding's answer is not unique"
+    assert e.hit == o.hit_tokens, f"hit: encoding {e.hit} vs model {o.hit_tokens}"
+    if o.hit_tokens:
+        model_loads = {ld.group: (tuple(ld.blocks), ld.state_position) for ld in o.loads}
+        assert e.loads == model_loads, f"load: encoding {e.loads} vs model {model_loads}"
+    covered = set(turn_v033.VIOLATIONS)
+    assert e.violations == {v.invariant for v in o.violations} & covered, "violations"
+    if seen is not None:
+        kinds = Counter(g.kind for g in s.groups)
+        seen["examples"] += 1
+        seen["nonzero hit"] += bool(o.hit_tokens)
+        seen["deferred"] += o.hit_tokens is None
+        seen["EAGLE pop"] += any("EAGLE" in st.note for st in o.lookup.steps)
+        seen["2+ passes"] += o.lookup.passes >= 2
+        seen["several of a kind"] += max(kinds.values()) >= 2
+
+
+# hand-checked scenarios, each the witness of a sabotage below
+WITNESSES: dict[str, dict[str, Any]] = {
+    "eagle-pop": {  # the only chunk is the volatile one: hit 0
+        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 1,
+        "num_computed_tokens": 0, "max_num_new_tokens": 1,
+        "groups": [{"kind": "full_attention", "gpu_block_size": 1, "stored": [0],
+                    "eagle": True}]},
+    "eagle-verified-clear": {  # the Mamba group's tightening makes the EAGLE group pop again
+        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 4,
+        "num_computed_tokens": 0, "enable_prefix_caching": False,
+        "groups": [{"kind": "full_attention", "gpu_block_size": 1, "stored": [0, 1, 2]},
+                   {"kind": "sliding_window", "gpu_block_size": 1, "sliding_window": 1,
+                    "stored": [0, 2, 3], "eagle": True},
+                   {"kind": "mamba", "gpu_block_size": 1, "mamba_cache_mode": "none",
+                    "stored": [0, 1, 3]}]},
+    "load-cap-align": {  # max_load_tokens: the bound 3 is cut to the chunk end 2
+        "semantics": "alt-v033-reround-mamba-rerun", "block_size_factor": 1,
+        "prompt_tokens": 4, "num_computed_tokens": 0, "max_load_tokens": 4,
+        "groups": [{"kind": "sliding_window", "gpu_block_size": 2, "sliding_window": 1,
+                    "stored": [0, 1]}]},
+    "hit-pending-defers": {  # the window that fires holds a HIT_PENDING chunk: deferred
+        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 3,
+        "num_computed_tokens": 0,
+        "groups": [{"kind": "sliding_window", "gpu_block_size": 1, "sliding_window": 1,
+                    "stored": [0, 1], "pending": [1]}]},
+    "initial-window": {  # the bound 4 ends inside chunk 1: the first run needs 2 chunks
+        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 8,
+        "num_computed_tokens": 0, "max_num_new_tokens": 5,
+        "groups": [{"kind": "sliding_window", "gpu_block_size": 3, "sliding_window": 3,
+                    "stored": [1]}]},
+}
+
+SABOTAGES = {
+    # scheduler.py:984: an unverified EAGLE group gives its volatile chunk back
+    "eagle-pop": ("popped = z3.If(unverified, r - 1, r)", "popped = r"),
+    # scheduler.py:1000: a non-EAGLE group's tightening clears eagle_verified
+    "eagle-verified-clear": ("verified = [z3.And(v, z3.Not(cleared)) for v in verified]",
+                             ""),
+    # scheduler.py:917: a load cap chunk-aligns the bound
+    "load-cap-align": ("m = z3.If(cfg.has_load_cap, tpc * aligned, m)", ""),
+    # scheduler.py:824: a HIT_PENDING chunk in the window that fires defers the lookup
+    "hit-pending-defers": ("z3.Or(i < run_hi, z3.Not(st.stored(i)))",
+                           "z3.Not(st.stored(i))"),
+    # scheduler.py:968/:972: the first run needs the load window (a partial right edge)
+    "initial-window": ("initial + more)  # scheduler.py:972", "window + more)"),
+}
+
+
+def sabotaged(name: str) -> ModuleType:
+    """A copy of proofs/turn_v033.py with one step removed, loaded in-process."""
+    old, new = SABOTAGES[name]
+    source = Path(turn_v033.__file__).read_text()
+    assert source.count(old) == 1, f"sabotage {name}: the step is no longer written as {old!r}"
+    spec = importlib.util.spec_from_loader(f"sabotaged_turn_{name.replace('-', '_')}",
+                                           loader=None)
+    assert spec is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    try:
+        exec(compile(source.replace(old, new), f"<{name}>", "exec"), mod.__dict__)
+    finally:
+        del sys.modules[spec.name]
+    return mod
+
+
+EXAMPLES = 12  # the default suite: about a second
+MANY = 1000  # -m conformance (.ci/run)
+
+
+def _run(count: int, least: int, seed: int = 0) -> Counter[str]:
+    seen: Counter[str] = Counter()
+    for s in scenarios(count, seed):
+        conforms(s, seen=seen)
+    for what in ("nonzero hit", "deferred", "EAGLE pop", "several of a kind"):
+        assert seen[what] >= least, f"{what}: only {seen[what]}: {seen}"
+    return seen
+
+
+def test_turn_v033_conforms_to_model() -> None:
+    _run(EXAMPLES, 1)
+
+
+@pytest.mark.conformance
+@pytest.mark.timeout(1200)
+def test_turn_v033_conforms_to_model_many() -> None:
+    seen = _run(MANY, 20, seed=1)
+    assert seen["2+ passes"] >= 10, seen
+    print(dict(seen))
+
+
+@pytest.mark.parametrize("name", sorted(SABOTAGES))
+def test_sabotaged_turn_v033_fails_conformance(name: str) -> None:
+    s = parse_scenario(WITNESSES[name])
+    conforms(s)  # the real encoding agrees with model/ here
+    with pytest.raises(AssertionError, match="hit: encoding"):
+        conforms(s, sabotaged(name))
