@@ -1,0 +1,125 @@
+"""Maximality on vLLM 0.33.0: ``model.maximality_v033`` (the valid complete-chunk hits)
+against its Z3 twin ``proofs.encoding_v033.valid_hit`` on generated concrete scenarios
+(every hit 0 .. prompt of each), and sabotages: dropping any one rule from either side
+must make them disagree. Every input is fixed, so no solver runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from model import maximality_v033
+from model.cli import main as model_main
+from model.evaluate import evaluate
+from model.layout_v033 import ChunkLayout
+from model.scenario import Scenario, ScenarioError, parse_scenario
+from proofs import encoding_v033
+from proofs.conformance_v033 import valid_hits
+from tests.test_conformance_v033 import scenarios
+
+EXAMPLES = 120  # the default suite: about 4 s for the file
+
+
+def _model_hits(s: Scenario) -> frozenset[int]:
+    o = evaluate(s)
+    assert isinstance(o.layout, ChunkLayout)
+    return frozenset(h for h in range(0, s.num_tokens + 1)
+                     if maximality_v033.is_valid_hit(s, o.layout, h))
+
+
+def _agree(items: list[Scenario], mod: ModuleType = encoding_v033) -> Counter[str]:
+    seen: Counter[str] = Counter()
+    for s in items:
+        model, enc = _model_hits(s), valid_hits(s, mod)
+        assert model == enc, f"valid hits: model {sorted(model)} vs encoding {sorted(enc)} on {s}"
+        seen["examples"] += 1
+        seen["with a valid hit"] += bool(model)
+        o = evaluate(s)
+        seen["valid hit above the lookup's"] += bool(
+            o.hit_tokens is not None and any(h > o.hit_tokens for h in model))
+    return seen
+
+
+def _all_stored(s: Scenario) -> Scenario:
+    """``s`` with every group storing "all" (a key past the request's last is then
+    answered HIT too: only the ``keyed`` rule keeps a hit from using it)."""
+    return replace(s, groups=tuple(replace(g, stored=None) for g in s.groups))
+
+
+_DRAWN = scenarios(EXAMPLES, seed=11)
+GENERATED = [x for i, s in enumerate(_DRAWN)
+             for x in ((s, _all_stored(s)) if i % 3 == 0 else (s,))]
+
+
+def test_valid_hit_v033_conforms_to_model() -> None:
+    seen = _agree(GENERATED)
+    assert seen["with a valid hit"] >= EXAMPLES // 5, seen
+
+
+# --- sabotages: one rule dropped from either side ------------------------------------
+
+
+def _encoding_without(rule: str) -> ModuleType:
+    """proofs/encoding_v033.py with the line of ``rule`` (its trailing comment) removed."""
+    from tests.test_conformance_v033 import sabotaged, ENCODING_SABOTAGES
+
+    source = Path(encoding_v033.__file__).read_text()
+    lines = [ln for ln in source.splitlines() if ln.rstrip().endswith(f"# {rule}")]
+    assert len(lines) == 1, f"{rule}: not one line of valid_hit ends with '# {rule}'"
+    old = lines[0]
+    new = re.sub(r"c\.append\(.*\)  #", "pass  #", old)
+    assert new != old
+    ENCODING_SABOTAGES[f"valid-{rule}"] = (old, new)
+    try:
+        return sabotaged(f"valid-{rule}")
+    finally:
+        del ENCODING_SABOTAGES[f"valid-{rule}"]
+
+
+@pytest.mark.parametrize("rule", list(maximality_v033.RULES))
+def test_dropping_a_rule_from_the_encoding_is_caught(rule: str) -> None:
+    with pytest.raises(AssertionError, match="valid hits: model"):
+        _agree(GENERATED, _encoding_without(rule))
+
+
+@pytest.mark.parametrize("rule", list(maximality_v033.RULES))
+def test_dropping_a_rule_from_the_model_is_caught(rule: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    rules = {k: v for k, v in maximality_v033.RULES.items() if k != rule}
+    monkeypatch.setattr(maximality_v033, "RULES", rules)
+    with pytest.raises(AssertionError, match="valid hits: model"):
+        _agree(GENERATED)
+
+
+# --- the scenario field and the command line ----------------------------------------
+
+EAGLE = {  # the EAGLE group pops its trailing chunk: hit 1 where 2 is valid
+    "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 2,
+    "num_computed_tokens": 0,
+    "groups": [{"kind": "full_attention", "gpu_block_size": 1, "stored": "all",
+                "eagle": True}]}
+
+
+def test_lookup_prints_the_larger_valid_hit(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    s = parse_scenario(EAGLE)
+    o = evaluate(s)
+    assert isinstance(o.layout, ChunkLayout)
+    assert maximality_v033.larger_valid_hit(s, o.layout, o.hit_tokens) == 2
+    f = tmp_path / "m.json"
+    f.write_text(__import__("json").dumps(EAGLE | {"valid_hit": 2}))
+    assert model_main(["lookup", str(f)]) == 1
+    assert "not maximal: hit 1, a valid hit of 2 exists" in capsys.readouterr().out
+
+
+def test_a_false_valid_hit_claim_is_bad_input() -> None:
+    s = parse_scenario(EAGLE)
+    with pytest.raises(ScenarioError, match=r"^valid_hit: 3 is not a valid hit .*keyed"):
+        evaluate(replace(s, valid_hit=3))
+    assert not evaluate(replace(s, valid_hit=1)).violations  # valid, not above the hit
