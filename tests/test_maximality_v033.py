@@ -6,6 +6,7 @@ must make them disagree. Every input is fixed, so no solver runs.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from dataclasses import replace
@@ -21,7 +22,7 @@ from model.layout_v033 import ChunkLayout
 from model.scenario import Scenario, ScenarioError, parse_scenario
 from proofs import encoding_v033
 from proofs.conformance_v033 import valid_hits
-from tests.test_conformance_v033 import scenarios
+from tests.test_conformance_v033 import ENCODING_SABOTAGES, sabotaged, scenarios
 
 EXAMPLES = 120  # the default suite: about 4 s for the file
 
@@ -67,8 +68,6 @@ def test_valid_hit_v033_conforms_to_model() -> None:
 
 def _encoding_without(rule: str) -> ModuleType:
     """proofs/encoding_v033.py with the line of ``rule`` (its trailing comment) removed."""
-    from tests.test_conformance_v033 import sabotaged, ENCODING_SABOTAGES
-
     source = Path(encoding_v033.__file__).read_text()
     lines = [ln for ln in source.splitlines() if ln.rstrip().endswith(f"# {rule}")]
     assert len(lines) == 1, f"{rule}: not one line of valid_hit ends with '# {rule}'"
@@ -113,7 +112,7 @@ def test_lookup_prints_the_larger_valid_hit(tmp_path: Path,
     assert isinstance(o.layout, ChunkLayout)
     assert maximality_v033.larger_valid_hit(s, o.layout, o.hit_tokens) == 2
     f = tmp_path / "m.json"
-    f.write_text(__import__("json").dumps(EAGLE | {"valid_hit": 2}))
+    f.write_text(json.dumps(EAGLE | {"valid_hit": 2}))
     assert model_main(["lookup", str(f)]) == 1
     assert "not maximal: hit 1, a valid hit of 2 exists" in capsys.readouterr().out
 
