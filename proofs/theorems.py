@@ -143,6 +143,18 @@ PRECONDITIONS: dict[str, Precondition] = {
             "their trailing block is given away on purpose.",
         ),
         Precondition(
+            "no-token-caps",
+            "the request sets no max_load_tokens and the connector passes no "
+            "max_num_new_tokens (vLLM 0.33.0's caps; older releases have none)",
+            lambda c, d: z3.BoolVal(True),  # the 0.23.0/0.24.0 encoding has no caps
+            "Can break: max_load_tokens is a request's kv_transfer_params entry "
+            "(offloading/scheduler.py:385 of 0.33.0), and the connector passes "
+            "max_num_new_tokens when a KV-cache group is not offloaded "
+            "(_max_loadable_tokens in offloading_connector.py). A cap below the prompt still loses the "
+            "last-token margin (scheduler.py:876 subtracts 1 after the caps, :863-870), "
+            "then the Mamba or load-cap round-down (:877, :917) can lose a whole chunk.",
+        ),
+        Precondition(
             "nothing-deferred-or-loading",
             "the store defers no lookup and no block is being loaded",
             lambda c, d: z3.BoolVal(True),  # applied to the store in theorems.py
@@ -356,9 +368,11 @@ THEOREMS: dict[str, Theorem] = {
             "No larger hit than the one returned would keep the invariants for the same store.",
             None,  # built in proofs.check (it needs the candidate in the invariant)
             ("no-eagle", "window-not-one-past-blocks"),
-            # not on 0.33.0: model/ has no valid-hit definition for it yet
-            _holds_on("vllm-0.23.0", "vllm-0.24.0", v033=False),
-            accepted=_holds_on(v033=False),
+            # 0.33.0 (complete chunks, model/maximality_v033.py): an EAGLE group's pop
+            # and a binding cap each give hit tokens away
+            _holds_on("vllm-0.23.0", "vllm-0.24.0", *V033),
+            accepted=_holds_on(),
+            preconditions_by={s: ("no-eagle", "no-token-caps") for s in V033},
         ),
     )
 }
