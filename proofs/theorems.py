@@ -150,9 +150,10 @@ PRECONDITIONS: dict[str, Precondition] = {
             "Can break: max_load_tokens is a request's kv_transfer_params entry "
             "(offloading/scheduler.py:385 of 0.33.0), and the connector passes "
             "max_num_new_tokens when a KV-cache group is not offloaded "
-            "(_max_loadable_tokens in offloading_connector.py). A cap below the prompt still loses the "
-            "last-token margin (scheduler.py:876 subtracts 1 after the caps, :863-870), "
-            "then the Mamba or load-cap round-down (:877, :917) can lose a whole chunk.",
+            "(_max_loadable_tokens in offloading_connector.py). A cap below the prompt "
+            "still loses the last-token margin (scheduler.py:876 subtracts 1 after the "
+            "caps, :863-870), then the Mamba or load-cap round-down (:877, :917) can "
+            "lose a whole chunk.",
         ),
         Precondition(
             "nothing-deferred-or-loading",
