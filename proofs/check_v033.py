@@ -325,8 +325,11 @@ def check(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 300
     v = counterexample(thm, sem, assumed, timeout_ms, scope)
     ends = ("every run ends within" if thm == "termination"
             else "runs of up to (termination: every run ends within)")
+    cost = ("valid hits: complete chunks by 0.33.0's rules (model/maximality_v033.py); a "
+            "maximality failure costs hit tokens (recomputed on the GPU), not correctness"
+            if thm == "maximality" else "")
     note = "; ".join(x for x in (f"bounded scope: {scope.words()}; {ends} "
-                                 f"{scope.passes} passes", v.note) if x)
+                                 f"{scope.passes} passes", cost, v.note) if x)
     return Verdict33(v.status, time.monotonic() - t0, v.counterexample, note)
 
 

@@ -122,3 +122,18 @@ def test_a_false_valid_hit_claim_is_bad_input() -> None:
     with pytest.raises(ScenarioError, match=r"^valid_hit: 3 is not a valid hit .*keyed"):
         evaluate(replace(s, valid_hit=3))
     assert not evaluate(replace(s, valid_hit=1)).violations  # valid, not above the hit
+
+
+REAL = Path(__file__).parent / "scenarios" / "vllm-0.33.0-maximality"
+
+
+@pytest.mark.parametrize("path", sorted(REAL.glob("*.json")), ids=lambda p: p.stem)
+def test_real_layout_maximality_files_give_a_chunk_away(path: Path) -> None:
+    """Each file: a real-configuration layout (docs/layouts-vllm-0.33.0.md) where the
+    lookup answers less than the file's valid hit (the crosscheck suite replays it on the
+    real 0.33.0 scheduler, which gives the same smaller hit)."""
+    raw = json.loads(path.read_text())
+    o = evaluate(parse_scenario(raw))
+    assert o.hit_tokens == raw["expect"]["hit_tokens"] < raw["valid_hit"]
+    assert [v.message for v in o.violations] == [
+        f"not maximal: hit {o.hit_tokens}, a valid hit of {raw['valid_hit']} exists"]
