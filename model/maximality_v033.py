@@ -25,11 +25,20 @@ chunk it needs is ready in the store:
   the last one (the chunk holding the state at ``y``) for Mamba (a window of 1 chunk,
   config.py:81).
 
+The window is 0.33.0's own: ``cdiv(sliding_window, tokens_per_chunk)`` chunks
+(config.py:64), widened by ``load_window_size_in_chunks`` at an unaligned end. When
+``sliding_window = k * tokens_per_chunk + 1`` and ``y`` is chunk-aligned the allocator
+keeps only ``k`` of them; a hit that only that narrower window would allow is not
+counted (0.24.0's invariant-based definition counts it, hence its precondition
+``window-not-one-past-blocks``, which has no 0.33.0 counterpart).
+
 EAGLE groups give their trailing chunk away on purpose (:936, :984); the theorem assumes
-none (precondition ``no-eagle``). Complete chunks only: a partial-tail hit
-(``_lookup_partial_tail``, :1160) ends inside a chunk and is not a valid hit here; the
-lookup's answer with a partial tail is at least its complete-chunk answer (:1139), so a
-lookup that reaches every valid hit with tails off still does with them on.
+none (precondition ``no-eagle``), and no cap (``no-token-caps``: a cap below the prompt
+still loses the last-token margin of :876). Complete chunks only: a partial-tail hit
+(``_lookup_partial_tail``, :1160) ends inside a chunk and is not a valid hit here, and
+the proofs leave partial tails off (``proofs.encoding_v033.Scope``); with tails on the
+lookup answers its complete-chunk hit, a longer partial-tail hit (:1139) or a deferral
+(:1150), but that is not proved here.
 
 The Z3 twin is ``proofs.encoding_v033.valid_hit``; ``tests/test_maximality_v033.py``
 pins the two together. Each rule is one entry of ``RULES`` so that a test can drop it.
