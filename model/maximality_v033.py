@@ -33,8 +33,9 @@ counted (0.24.0's invariant-based definition counts it, hence its precondition
 ``window-not-one-past-blocks``, which has no 0.33.0 counterpart).
 
 EAGLE groups give their trailing chunk away on purpose (:936, :984); the theorem assumes
-none (precondition ``no-eagle``), and no cap (``no-token-caps``: a cap below the prompt
-still loses the last-token margin of :876). Complete chunks only: a partial-tail hit
+none (precondition ``no-eagle``), and, with sliding-window or Mamba groups, no cap ending
+before the prompt (``caps-reach-prompt``: such a cap still loses the last-token margin of
+:876). Complete chunks only: a partial-tail hit
 (``_lookup_partial_tail``, :1160) ends inside a chunk and is not a valid hit here, and
 the proofs leave partial tails off (``proofs.encoding_v033.Scope``); with tails on the
 lookup answers its complete-chunk hit, a longer partial-tail hit (:1139) or a deferral

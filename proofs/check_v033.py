@@ -69,8 +69,11 @@ def precondition(name: str, enc: E.Enc33, cfg: E.Config33, d: E.Derived33) -> z3
         return z3.And([z3.And(z3.Or(a == E.HIT, a == E.MISS), z3.Not(b))
                        for row, lrow in zip(cfg.ans, cfg.loading, strict=True)
                        for a, b in zip(row, lrow, strict=True)])
-    if name == "no-token-caps":
-        return z3.And(z3.Not(cfg.has_new_cap), z3.Not(cfg.has_load_cap))
+    if name == "caps-reach-prompt":  # with windowed groups no cap ends before the prompt
+        if not d.windowed_any:
+            return z3.BoolVal(True)
+        return z3.And(z3.Implies(cfg.has_new_cap, cfg.computed + cfg.new_cap >= cfg.prompt),
+                      z3.Implies(cfg.has_load_cap, cfg.computed + cfg.load_cap >= cfg.prompt))
     if name == "mamba-mode-not-all":
         return z3.BoolVal(True)  # 0.33.0 has no mode "all" (model/layout_v033.py)
     raise ValueError(f"precondition {name!r} has no vllm-0.33.0 formula")

@@ -143,17 +143,18 @@ PRECONDITIONS: dict[str, Precondition] = {
             "their trailing block is given away on purpose.",
         ),
         Precondition(
-            "no-token-caps",
-            "the request sets no max_load_tokens and the connector passes no "
-            "max_num_new_tokens (vLLM 0.33.0's caps; older releases have none)",
+            "caps-reach-prompt",
+            "with sliding-window or Mamba groups, every cap set (max_load_tokens, "
+            "max_num_new_tokens: vLLM 0.33.0's; older releases have none) reaches the "
+            "prompt's end: num_computed_tokens + cap >= prompt_tokens",
             lambda c, d: z3.BoolVal(True),  # the 0.23.0/0.24.0 encoding has no caps
             "Can break: max_load_tokens is a request's kv_transfer_params entry "
             "(offloading/scheduler.py:385 of 0.33.0), and the connector passes "
             "max_num_new_tokens when a KV-cache group is not offloaded "
-            "(_max_loadable_tokens in offloading_connector.py). A cap below the prompt "
-            "still loses the last-token margin (scheduler.py:876 subtracts 1 after the "
-            "caps, :863-870), then the Mamba or load-cap round-down (:877, :917) can "
-            "lose a whole chunk.",
+            "(_max_loadable_tokens in offloading_connector.py; it always ends before "
+            "the prompt). A cap below the prompt still loses the last-token margin "
+            "(scheduler.py:876 subtracts 1 after the caps, :863-870), then the Mamba or "
+            "load-cap round-down (:877, :917) can lose a whole chunk.",
         ),
         Precondition(
             "nothing-deferred-or-loading",
@@ -373,7 +374,7 @@ THEOREMS: dict[str, Theorem] = {
             # and a binding cap each give hit tokens away
             _holds_on("vllm-0.23.0", "vllm-0.24.0", *V033),
             accepted=_holds_on(),
-            preconditions_by={s: ("no-eagle", "no-token-caps") for s in V033},
+            preconditions_by={s: ("no-eagle", "caps-reach-prompt") for s in V033},
         ),
     )
 }

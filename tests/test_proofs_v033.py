@@ -36,7 +36,7 @@ def test_witness_of_a_proof_replays() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kept", [("no-eagle",), ("no-token-caps",)])
+@pytest.mark.parametrize("kept", [("no-eagle",), ("caps-reach-prompt",)])
 def test_maximality_counterexample_carries_the_larger_valid_hit(kept: tuple[str, ...]) -> None:
     """Maximality on 0.33.0 with one precondition dropped: a deterministic counterexample
     whose file names the larger valid hit, and the model says so on replay."""
@@ -53,7 +53,7 @@ def test_maximality_counterexample_carries_the_larger_valid_hit(kept: tuple[str,
 
 @pytest.mark.slow
 def test_maximality_witness_has_a_valid_hit_restoring_a_mamba_state() -> None:
-    w = check_v033.witness("maximality", "vllm-0.33.0", ("no-eagle", "no-token-caps"))
+    w = check_v033.witness("maximality", "vllm-0.33.0", ("no-eagle", "caps-reach-prompt"))
     assert w.found and w.valid_hit is not None and w.valid_hit > 0, w.note
 
 
@@ -67,7 +67,7 @@ def test_vacuous_valid_hit_leaves_maximality_without_a_witness(
     from proofs import encoding_v033
 
     monkeypatch.setattr(encoding_v033, "valid_hit", lambda enc, cfg, d, h: z3.BoolVal(False))
-    assert check_v033.check("maximality", "vllm-0.33.0", ("no-eagle", "no-token-caps"),
+    assert check_v033.check("maximality", "vllm-0.33.0", ("no-eagle", "caps-reach-prompt"),
                             ).status == "PROVED"
-    w = check_v033.witness("maximality", "vllm-0.33.0", ("no-eagle", "no-token-caps"))
+    w = check_v033.witness("maximality", "vllm-0.33.0", ("no-eagle", "caps-reach-prompt"))
     assert not w.found and "vacuous" in w.note
