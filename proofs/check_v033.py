@@ -365,6 +365,8 @@ def witness(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 1
             _pin(s, b)
             if b.candidate is not None:  # the least valid hit: one witness, run to run
                 _smallest(s, b.candidate, 1)
+                if s.check() != z3.sat:
+                    raise Undecided("pinned witness")
         except Undecided as e:
             return Witness(False, time.monotonic() - t0, note=f"witness undecided ({e})")
         m = s.model()
