@@ -335,21 +335,22 @@ def check(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 300
 
 
 def witness(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 120_000,
-            scope: E.Scope = E.SCOPE) -> Witness:
+            scope: E.Scope = E.SCOPE, tail: bool = False) -> Witness:
     """A run the premises of a PROVED result admit, with a non-zero hit that restores a
     Mamba state (``proofs.witness`` for 0.33.0): the least such, replayed through
-    model/ (same hit, a Mamba load)."""
+    model/ (same hit, a Mamba load). ``tail``: a partial-tail hit, in the templates with
+    partial tails on (their proofs are not vacuous either)."""
     sem = get_semantics(sem_name)
     t0 = time.monotonic()
     for template in TEMPLATES:
         kinds = template[0]
-        if E.MAMBA not in kinds:
+        if E.MAMBA not in kinds or (tail and not template[2]):
             continue
         b = build(sem, template, assumed, scope)
         loads = E.load_plan(b.enc, b.cfg, b.d, b.result.hit, b.result.tail)
         mamba = kinds.index(E.MAMBA)
         goal = z3.And(E.finished(b.st), E.active(b.result), b.cfg.prefix_caching,
-                      loads[mamba].pending > 0)
+                      loads[mamba].pending > 0, b.result.tail if tail else z3.BoolVal(True))
         s = solver(b, goal, timeout_ms)
         if s.check() != z3.sat:
             continue
@@ -364,7 +365,8 @@ def witness(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 1
         hit = _int(m, b.result.hit)
         o = evaluate(parse_scenario(scen))
         mamba_load = any(ld.blocks and ld.state_position is not None for ld in o.loads)
-        if o.refused or o.hit_tokens != hit or not mamba_load:
+        if o.refused or o.hit_tokens != hit or not mamba_load or (
+                tail and o.tail_boundary is None):
             return Witness(False, time.monotonic() - t0, scen, hit,
                            note=f"witness not reproduced by model/ (hit {o.hit_tokens}, "
                                 f"Z3 {hit}; refused: {o.refused}): encoding bug")

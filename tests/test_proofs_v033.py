@@ -33,3 +33,12 @@ def test_counterexample_is_deterministic_and_replays() -> None:
 def test_witness_of_a_proof_replays() -> None:
     w = check_v033.witness("no-partial-state", "vllm-0.33.0", ("align-divides-blocks",))
     assert w.found and w.hit > 0, w.note
+
+
+@pytest.mark.slow
+def test_partial_tail_templates_admit_a_partial_tail_hit() -> None:
+    """The templates with partial tails on are not vacuous: a partial-tail hit that
+    restores the Mamba state at its boundary, replayed through model/."""
+    w = check_v033.witness("no-partial-state", "vllm-0.33.0", (), tail=True)
+    assert w.found and w.hit > 0 and w.scenario is not None, w.note
+    assert w.scenario["hash_block_size"] < w.scenario["groups"][0]["gpu_block_size"]
