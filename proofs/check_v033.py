@@ -347,7 +347,8 @@ def witness(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 1
         if E.MAMBA not in kinds or (tail and not template[2]):
             continue
         b = build(sem, template, assumed, scope)
-        loads = E.load_plan(b.enc, b.cfg, b.d, b.result.hit, b.result.tail)
+        loads = E.load_plan(b.enc, b.cfg, b.d, b.result.hit, b.result.tail,
+                            b.result.tail_q)
         mamba = kinds.index(E.MAMBA)
         goal = z3.And(E.finished(b.st), E.active(b.result), b.cfg.prefix_caching,
                       loads[mamba].pending > 0, b.result.tail if tail else z3.BoolVal(True))

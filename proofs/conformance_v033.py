@@ -126,11 +126,11 @@ def encode_scenario(s: Scenario, mod: ModuleType = encoding_module) -> Encoded:
     deferred, hit = _val(r.deferred), _val(r.hit)
     loads: dict[int, tuple[tuple[int, ...], int | None]] = {}
     if not deferred and hit:
-        for g, ld in mod.load_plan(enc, cfg, d, r.hit, r.tail).items():
+        for g, ld in mod.load_plan(enc, cfg, d, r.hit, r.tail, r.tail_q).items():
             lo, hi, tpc = _val(ld.lo), _val(ld.hi), _val(d.tpc[g])
             keys = tuple((c + 1) * tpc for c in range(lo, hi))
             if _val(ld.tail_key):
-                keys += (int(_val(ld.tail_pos)),)
+                keys += (int(_val(ld.tail_q * cfg.tph)),)
             state = _val(ld.state) if cfg.kinds[g] == mod.MAMBA and _val(ld.pending) else None
             loads[g] = (keys, state)
     violated = frozenset(name for name, f in mod.VIOLATIONS.items()

@@ -201,7 +201,8 @@ class Derived33:
     tails: bool = False  # supports_partial_tail (a premise of the template)
     # _eagle_proof_margins (scheduler.py:610): an EAGLE group that is not Mamba align keys
     # its partial tail one hash block past the boundary (eagle_proof_margin,
-    # kv_cache_utils.py:804: the alignment is tokens_per_hash here, finer than the block)
+    # kv_cache_utils.py:804: the alignment is tokens_per_hash here, finer than the block),
+    # in hash units
     margin: tuple[z3.ArithRef, ...] = ()
 
 
@@ -252,7 +253,7 @@ def derive(enc: Enc33, cfg: Config33, order: tuple[int, ...] | None = None) -> D
         longer = w > tpc[sw[0]]  # cdiv(w, tokens_per_chunk) > 1
         holds = longer if order == lookup_order(cfg.kinds, True) else z3.Not(longer)
     windowed = tuple(g for g in order if cfg.kinds[g] != FA)
-    margin = tuple(z3.If(cfg.eagle[g], cfg.tph, 0) if cfg.tails and k != MAMBA
+    margin = tuple(z3.If(cfg.eagle[g], 1, 0) if cfg.tails and k != MAMBA
                    else z3.IntVal(0) for g, k in enumerate(cfg.kinds))
     return Derived33(tpc, keys, tuple(win), start, align_on, align, bool(windowed),
                      order, windowed, holds, cfg.tails, margin)
@@ -530,6 +531,7 @@ class Result33:
     tail: z3.BoolRef = z3.BoolVal(False)  # a partial-tail hit (ends at its boundary)
     # partial tails: a boundary is left past the scope's unrolled ones (termination)
     tail_left: z3.BoolRef = z3.BoolVal(False)
+    tail_q: z3.ArithRef = z3.IntVal(0)  # the partial-tail boundary in hash units
 
 
 def result_of(enc: Enc33, cfg: Config33, d: Derived33, st: State33) -> Result33:
@@ -547,12 +549,16 @@ def result_of(enc: Enc33, cfg: Config33, d: Derived33, st: State33) -> Result33:
     deferred = z3.And(converged, z3.Or(st.defer, z3.And(cfg.prefix_caching, z3.Or(busy))))
     tail: z3.BoolRef = z3.BoolVal(False)
     left: z3.BoolRef = z3.BoolVal(False)
+    tail_q: z3.ArithRef = z3.IntVal(0)
     if d.tails:  # scheduler.py:1075: the partial-tail phase runs unless deferred
         pt = partial_tail_phase(enc, cfg, d, st, hit)
         run = z3.Not(deferred)
         tail = enc.name(z3.And(run, pt.found), "tail_hit")
         left = z3.And(run, pt.left)
-        hit = enc.name(z3.If(tail, pt.boundary - cfg.computed, hit), "hit")  # :1146
+        tail_q = pt.boundary
+        boundary = enc.times(pt.boundary, cfg.tph, (enc.scope.chunks + 1)
+                             * enc.scope.hashes_per_block)
+        hit = enc.name(z3.If(tail, boundary - cfg.computed, hit), "hit")  # :1146
         # scheduler.py:1150: a key not ready yet defers a request with no complete hit
         deferred = z3.Or(deferred, z3.And(run, z3.Not(pt.found), pt.pending, hit == 0))
     hit = z3.If(cfg.skip_reading, 0, hit)  # scheduler.py:1258
@@ -560,27 +566,27 @@ def result_of(enc: Enc33, cfg: Config33, d: Derived33, st: State33) -> Result33:
     tail = z3.And(tail, z3.Not(cfg.skip_reading))
     left = z3.And(left, z3.Not(cfg.skip_reading), z3.Not(cfg.in_flight))
     return Result33(enc.name(deferred, "deferred_result"), enc.name(hit, "hit_result"),
-                    enc.name(tail, "tail_result"), left)
+                    enc.name(tail, "tail_result"), left, tail_q)
 
 
 # --- the partial tail (scheduler.py:1068-1200; model.lookup_v033.lookup) --------------
 
 
-def key_answer(enc: Enc33, cfg: Config33, g: int, pos: z3.ArithRef) -> z3.ArithRef:
-    """The store's answer for group ``g``'s key ending at token ``pos`` (a multiple of
-    tokens_per_hash, ``0 < pos <= prompt``): ``make_offload_key`` of the hash there
-    (scheduler.py:1063), so a position on a block edge is that chunk's key."""
-    N, H, block, tph = enc.scope.chunks, enc.scope.hashes_per_block, cfg.gpu[0], cfg.tph
+def key_answer(enc: Enc33, cfg: Config33, g: int, q: z3.ArithRef) -> z3.ArithRef:
+    """The store's answer for group ``g``'s key ending at token ``q * tokens_per_hash``
+    (``0 < q``, at most the prompt's hashes): ``make_offload_key`` of the hash there
+    (scheduler.py:1063), so a position on a block edge is that chunk's key. In hash units
+    (``q``) the block edges are multiples of ``hashes_per_block``: linear."""
+    N, H = enc.scope.chunks, enc.scope.hashes_per_block
     out: z3.ArithRef = z3.IntVal(MISS)
     for c in range(N + 1):
         for k in range(H):
             if k == 0:
                 if c == 0:
                     continue
-                a, at = cfg.ans[g][c - 1], z3.And(pos == c * block)
+                a, at = cfg.ans[g][c - 1], q == c * cfg.hpb
             else:
-                a = cfg.tail_ans[g][c][k - 1]
-                at = z3.And(pos == c * block + k * tph, k < cfg.hpb)
+                a, at = cfg.tail_ans[g][c][k - 1], z3.And(q == c * cfg.hpb + k, k < cfg.hpb)
             out = z3.If(at, a, out)
     return enc.name(out, f"key_answer{g}")
 
@@ -594,8 +600,9 @@ def _pick(row: Sequence[z3.ExprRef], i: z3.ArithRef, default: z3.ExprRef) -> z3.
 
 def partial_tail_lookup(enc: Enc33, cfg: Config33, d: Derived33, boundary: z3.ArithRef,
                         bridge_pending: z3.BoolRef) -> tuple[z3.BoolRef, z3.BoolRef]:
-    """``_lookup_partial_tail`` (scheduler.py:1160): every group's boundary key, in index
-    order; a miss stops at once. Returns (hit, pending)."""
+    """``_lookup_partial_tail`` (scheduler.py:1160) at ``boundary`` (in hash units):
+    every group's boundary key, in index order; a miss stops at once. Returns (hit,
+    pending)."""
     pending = bridge_pending
     missed: z3.BoolRef = z3.BoolVal(False)
     for g in range(len(cfg.kinds)):
@@ -611,7 +618,7 @@ def partial_tail_lookup(enc: Enc33, cfg: Config33, d: Derived33, boundary: z3.Ar
 @dataclass(frozen=True)
 class Tail33:
     found: z3.BoolRef  # a boundary's keys were all ready
-    boundary: z3.ArithRef  # the boundary chosen (when found)
+    boundary: z3.ArithRef  # the boundary chosen (when found), in hash units
     pending: z3.BoolRef  # some key looked up was not ready yet
     left: z3.BoolRef  # a boundary past the unrolled ones was left untried
 
@@ -619,14 +626,18 @@ class Tail33:
 def partial_tail_phase(enc: Enc33, cfg: Config33, d: Derived33, st: State33,
                        complete_hit: z3.ArithRef) -> Tail33:
     """``_lookup`` after the complete chunks (scheduler.py:1077-1153), as
-    ``model.lookup_v033.lookup`` takes it; ``complete_hit`` is not a deferral."""
+    ``model.lookup_v033.lookup`` takes it; ``complete_hit`` is not a deferral. Every
+    boundary is a multiple of tokens_per_hash: the search runs in hash units (``_q``: a
+    token count divided by tokens_per_hash, rounded down), so a boundary ``b`` is
+    ``b_q * tokens_per_hash`` and ``b > x`` is ``b_q > x_q``."""
     N, H = enc.scope.chunks, enc.scope.hashes_per_block
     tph, ptbs = cfg.tph, cfg.gpu[0]  # scheduler.py:597: one block per chunk, one size
     hi = (N + 1) * H  # prompt < (N + 1) * block: every position below hi hash blocks
     local = cfg.computed
     complete_boundary = enc.name(local + complete_hit, "complete_boundary")  # :1079
+    complete_q = enc.name(enc.floordiv(complete_boundary, tph, hi, 0), "complete_q")
     margin_on = z3.Or([z3.BoolVal(False)] + [m > 0 for m in d.margin])
-    margin = z3.If(margin_on, tph, 0)  # _max_eagle_proof_margin
+    margin = z3.If(margin_on, tph, 0)  # _max_eagle_proof_margin (one hash block)
     search = z3.If(margin_on, 2 * ptbs, ptbs)  # scheduler.py:1083: num_search_blocks
     block_end = complete_boundary + search
     mb = zmin(cfg.prompt - 1, block_end - 1)  # scheduler.py:1087
@@ -635,13 +646,14 @@ def partial_tail_phase(enc: Enc33, cfg: Config33, d: Derived33, st: State33,
     mb = z3.If(margin_on, zmin(mb, hashed - margin), mb)
     mb = z3.If(cfg.has_new_cap, zmin(mb, local + cfg.new_cap), mb)  # scheduler.py:1095
     mb = z3.If(cfg.has_load_cap, zmin(mb, local + cfg.load_cap), mb)  # scheduler.py:1097
-    mb = enc.name(enc.round_down(mb, tph, hi), "max_boundary")  # scheduler.py:1102
-    go = mb > complete_boundary  # scheduler.py:1103
-    bridge_idx = enc.name(enc.floordiv(complete_boundary, ptbs, N, 0), "bridge_chunk")  # :1111
-    bridge_boundary = enc.name(enc.times(bridge_idx + 1, ptbs, N + 1), "bridge_boundary")
+    mb_q = enc.name(enc.floordiv(mb, tph, hi, -1), "max_boundary_q")  # scheduler.py:1102
+    go = mb_q > complete_q  # scheduler.py:1103
+    # scheduler.py:1111: the bridge chunk (block) and its end, in hash units
+    bridge_idx = enc.name(enc.floordiv(complete_q, cfg.hpb, N, 0), "bridge_chunk")
+    bridge_q = enc.name(enc.times(bridge_idx + 1, cfg.hpb, N + 1), "bridge_boundary_q")
     pending: z3.BoolRef = z3.BoolVal(False)
     missed: z3.BoolRef = z3.BoolVal(False)
-    check = z3.And(go, mb >= bridge_boundary)  # scheduler.py:1116: loads the bridge too
+    check = z3.And(go, mb_q >= bridge_q)  # scheduler.py:1116: loads the bridge too
     for g, kind in enumerate(cfg.kinds):
         if kind == MAMBA:  # scheduler.py:1120: Mamba align reads a CoW copy
             continue
@@ -653,22 +665,22 @@ def partial_tail_phase(enc: Enc33, cfg: Config33, d: Derived33, st: State33,
         miss = z3.And(act, a == MISS)  # scheduler.py:1129
         pending = z3.Or(pending, z3.And(act, z3.Not(miss), a != HIT))  # scheduler.py:1132
         missed = z3.Or(missed, miss)
-    mb = enc.name(z3.If(missed, bridge_boundary - tph, mb), "max_boundary")
+    mb_q = enc.name(z3.If(missed, bridge_q - 1, mb_q), "max_boundary_q")
     bridge_pending = enc.name(pending, "bridge_pending")
     pending = bridge_pending
     found: z3.BoolRef = z3.BoolVal(False)
     boundary: z3.ArithRef = z3.IntVal(0)
     for j in range(enc.scope.boundaries):  # scheduler.py:1134: down by tokens_per_hash
-        b = enc.name(mb - j * tph, "boundary")
-        act = z3.And(go, z3.Not(found), b > complete_boundary)
-        loads_bridge = b >= bridge_boundary
+        b = mb_q - j
+        act = z3.And(go, z3.Not(found), b > complete_q)
+        loads_bridge = b >= bridge_q
         hit, b_pending = partial_tail_lookup(enc, cfg, d, b,
                                              z3.And(loads_bridge, bridge_pending))
         here = z3.And(act, hit)  # scheduler.py:1139
-        boundary = enc.name(z3.If(here, b, boundary), "tail_boundary")
+        boundary = enc.name(z3.If(here, b, boundary), "tail_boundary_q")
         pending = enc.name(z3.Or(pending, z3.And(act, b_pending)), "pending")
         found = enc.name(z3.Or(found, here), "tail_found")
-    left = z3.And(go, z3.Not(found), mb - enc.scope.boundaries * tph > complete_boundary)
+    left = z3.And(go, z3.Not(found), mb_q - enc.scope.boundaries > complete_q)
     return Tail33(found, boundary, pending, left)
 
 
@@ -682,13 +694,16 @@ class Load33:
     pending: z3.ArithRef  # GPU blocks to fill
     state: z3.ArithRef  # Mamba groups: the restored state's token position
     tail_key: z3.BoolRef = z3.BoolVal(False)  # the partial-tail key is loaded too
-    tail_pos: z3.ArithRef = z3.IntVal(0)  # the token position that key ends at
+    tail_q: z3.ArithRef = z3.IntVal(0)  # where that key ends, in hash units
 
 
 def load_plan(enc: Enc33, cfg: Config33, d: Derived33, hit: z3.ArithRef,
-              tail: z3.BoolRef | None = None) -> dict[int, Load33]:
-    """``tail``: the hit is a partial-tail hit, ending at its boundary (scheduler.py:1377)."""
+              tail: z3.BoolRef | None = None, tail_q: z3.ArithRef | None = None
+              ) -> dict[int, Load33]:
+    """``tail``: the hit is a partial-tail hit, ending at its boundary ``tail_q`` (in hash
+    units; scheduler.py:1377 asserts it is where the hit ends)."""
     tail = z3.BoolVal(False) if tail is None else tail
+    tail_q = z3.IntVal(0) if tail_q is None else tail_q
     N, B = enc.scope.chunks, enc.scope.max_bpc
     end = cfg.computed + hit
     out = {}
@@ -726,7 +741,7 @@ def load_plan(enc: Enc33, cfg: Config33, d: Derived33, hit: z3.ArithRef,
         out[g] = Load33(enc.name(z3.If(has, start_chunk, end_chunk), "load_lo"),
                         enc.name(end_chunk, "load_hi"), enc.name(pending, "pending"),
                         enc.name(state, "state"), enc.name(z3.And(has, tail), "tail_key"),
-                        enc.name(end + d.margin[g], "tail_pos"))
+                        enc.name(tail_q + d.margin[g], "tail_q"))
     return out
 
 
@@ -745,7 +760,7 @@ def active(r: Result33) -> z3.BoolRef:
 
 def violates_no_partial_state(enc: Enc33, cfg: Config33, d: Derived33, r: Result33
                               ) -> z3.BoolRef:
-    loads = load_plan(enc, cfg, d, r.hit, r.tail)
+    loads = load_plan(enc, cfg, d, r.hit, r.tail, r.tail_q)
     end = cfg.computed + r.hit
     bad = [z3.And(cfg.prefix_caching,  # mode align: the hit restores a saved state
                   loads[g].pending > 0, loads[g].state != end)
@@ -755,13 +770,13 @@ def violates_no_partial_state(enc: Enc33, cfg: Config33, d: Derived33, r: Result
 
 def violates_loads_stored_only(enc: Enc33, cfg: Config33, d: Derived33, r: Result33
                                ) -> z3.BoolRef:
-    loads = load_plan(enc, cfg, d, r.hit, r.tail)
+    loads = load_plan(enc, cfg, d, r.hit, r.tail, r.tail_q)
     bad = []
     for g, ld in loads.items():
         for i in range(enc.scope.chunks + 1):
             bad.append(z3.And(ld.lo <= i, i < ld.hi, z3.Not(is_hit(cfg, g, z3.IntVal(i)))))
         if d.tails:  # the partial-tail key: ready means HIT, like a chunk
-            bad.append(z3.And(ld.tail_key, key_answer(enc, cfg, g, ld.tail_pos) != HIT))
+            bad.append(z3.And(ld.tail_key, key_answer(enc, cfg, g, ld.tail_q) != HIT))
     return z3.And(active(r), z3.Or(bad))
 
 

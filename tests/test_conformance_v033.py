@@ -344,7 +344,7 @@ ENCODING_SABOTAGES = {
     "eagle-verified-clear": ("verified = [z3.And(v, z3.Not(clear)) for v in verified]", ""),
     # scheduler.py:1129: a missing bridge chunk lowers max_boundary below the bridge
     "tail-bridge-miss": (
-        'mb = enc.name(z3.If(missed, bridge_boundary - tph, mb), "max_boundary")', ""),
+        'mb_q = enc.name(z3.If(missed, bridge_q - 1, mb_q), "max_boundary_q")', ""),
     # scheduler.py:1158: an EAGLE group's partial-tail key lies one proof margin past
     "tail-eagle-margin": (
         "a = key_answer(enc, cfg, g, boundary + d.margin[g])",
