@@ -6,8 +6,8 @@ For every accepted row of ``docs/layouts-vllm-0.33.0.json`` the model (``vllm-0.
 runs ``--per-layout`` stores: a prompt of up to four of the row's largest chunks plus a
 few tokens, a GPU prefix hit of whole scheduler blocks, and per group an arbitrary subset
 of the chunks the prompt wrote (each kept with a probability drawn per group from 1 (three
-times in seven), 0.9, 0.7, 0.5, 0.2), an over-approximation of what the CPU tier's LRU can leave after
-evictions of other requests. Per row it counts the non-zero complete-chunk hits and,
+times in seven), 0.9, 0.7, 0.5, 0.2), an over-approximation of what the CPU tier's LRU
+can leave after evictions of other requests. Per row it counts the non-zero complete-chunk hits and,
 among them, the hits
 
 - shorter than some group's chunk (``whole-blocks`` as the model checks it),
