@@ -140,13 +140,13 @@ def test_finding_002_hit_inside_a_chunk_loses_nothing_on_real_033_engine_core() 
     assert one["loads"] == [{"keys": ["attn0", "mamba0"],
                              "gpu_blocks": {"attn": [0, 1], "mamba": [0, 1]}}]
     assert one["computed"] == [{"from": 1, "tokens": 1}, {"from": 2, "tokens": 1}]
-    assert one["mamba_states"] == [{"serves": [0, 1], "state_at": 1}]
+    assert one["mamba_states"] == [{"serves": [0, 1], "state_at": 1, "key_ends_at": 1}]
     # two blocks per chunk: the attention chunk [0, 4) is named, one GPU block copied
     assert two["hit"] == 2
     assert two["loads"] == [{"keys": ["attn0", "mamba0"],
                              "gpu_blocks": {"attn": [0, 1], "mamba": [1, 2]}}]
     assert two["computed"] == [{"from": 2, "tokens": 4}, {"from": 6, "tokens": 1}]
-    assert two["mamba_states"] == [{"serves": [0, 2], "state_at": 2}]
+    assert two["mamba_states"] == [{"serves": [0, 2], "state_at": 2, "key_ends_at": 2}]
     # the model names the same hit, keys, GPU blocks and state, and still flags the
     # shape as a whole-blocks counterexample (the invariant is stricter than correctness)
     for name, real in (("hit-inside-full-attention-chunk.json", one),

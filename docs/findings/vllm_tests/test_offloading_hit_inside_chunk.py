@@ -215,10 +215,14 @@ def run(case: Case) -> dict[str, Any]:
                                        spec.block_indices[g] + spec.group_sizes[g]]
                                for g, label in enumerate(GROUPS)},
             })
+            # the Mamba state the worker restores: the one stored for the last GPU block
+            # it writes (the key holds one state per GPU block), i.e. at that block's end
+            last = spec.block_indices[GROUPS.index("mamba")] + spec.group_sizes[
+                GROUPS.index("mamba")]
             status = connector._req_status[job.req_id]
             mamba_states = [
-                {"serves": [start, end],
-                 "state_at": (names[key][1] + 1) * case.mamba_block * case.blocks_per_chunk}
+                {"serves": [start, end], "state_at": last * case.mamba_block,
+                 "key_ends_at": (names[key][1] + 1) * case.mamba_block * case.blocks_per_chunk}
                 for start, end, key in status.load_key_ranges if names[key][0] == "mamba"]
         done, recved = dict.fromkeys(pending, 1), {
             j.req_id for i, j in pending.items() if i not in meta.store_jobs
