@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from model import layout_v033, load_v033, lookup_v033
+from model import layout_v033, load_v033, lookup_v033, maximality_v033
 from model.citations import cite
 from model.invariants import AnyLayout, Violation, check_all
 from model.layout import Layout, Refused, check_request, resolve_layout
@@ -72,7 +72,7 @@ MAX_V033_HASHES = 1_000_000
 
 def _evaluate_v033(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
     """vLLM 0.33.0: start-up (layout_v033), lookup (lookup_v033), load (load_v033)."""
-    for name, unset in (("output_tokens", 0), ("context_parallel_size", 1), ("valid_hit", None)):
+    for name, unset in (("output_tokens", 0), ("context_parallel_size", 1)):
         if getattr(s, name) != unset:
             raise ScenarioError(f"{name}: not modelled for {sem.name} (the vllm-0.33.0 "
                                 "model covers new requests without context parallelism)")
@@ -91,8 +91,24 @@ def _evaluate_v033(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
         layout, s, sem.reround_mamba, sem.reround_rerun)
     plan = load_v033.load_plan(layout, s, res.num_hit_tokens, boundary)
     violations = check_all(s, layout, res.num_hit_tokens, plan)
+    if s.valid_hit is not None and res.num_hit_tokens is not None:
+        violations += _maximality_claim_v033(s, layout, res.num_hit_tokens)
     return Outcome(sem.name, None, res.num_hit_tokens, plan.loads, tuple(violations),
                    res, layout, plan.assertion, boundary)
+
+
+def _maximality_claim_v033(s: Scenario, layout: layout_v033.ChunkLayout,
+                           hit: int) -> list[Violation]:
+    """The file's ``valid_hit`` on 0.33.0 (``model.maximality_v033``, complete chunks)."""
+    assert s.valid_hit is not None
+    broken = maximality_v033.broken_rules(s, layout, s.valid_hit)
+    if broken:
+        raise ScenarioError(f"valid_hit: {s.valid_hit} is not a valid hit for this scenario "
+                            f"(breaks {', '.join(broken)}: model/maximality_v033.py)")
+    if s.valid_hit > hit:
+        return [Violation("maximality",
+                          f"not maximal: hit {hit}, a valid hit of {s.valid_hit} exists")]
+    return []
 
 
 def _maximality_claim(s: Scenario, layout: Layout, sem: Semantics, hit: int) -> list[Violation]:

@@ -25,7 +25,10 @@ from typing import Any
 
 import z3
 
+from model import load_v033
 from model.evaluate import evaluate
+from model.layout_v033 import ChunkLayout
+from model.maximality_v033 import is_valid_hit, larger_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import Semantics, get_semantics
 from proofs import encoding_v033 as E
@@ -71,6 +74,11 @@ def precondition(name: str, enc: E.Enc33, cfg: E.Config33, d: E.Derived33) -> z3
         return z3.And([z3.And(z3.Or(a == E.HIT, a == E.MISS), z3.Not(b))
                        for row, lrow in zip(cfg.ans, cfg.loading, strict=True)
                        for a, b in zip(row, lrow, strict=True)])
+    if name == "caps-reach-prompt":  # with windowed groups no cap ends before the prompt
+        if not d.windowed_any:
+            return z3.BoolVal(True)
+        return z3.And(z3.Implies(cfg.has_new_cap, cfg.computed + cfg.new_cap >= cfg.prompt),
+                      z3.Implies(cfg.has_load_cap, cfg.computed + cfg.load_cap >= cfg.prompt))
     if name == "mamba-mode-not-all":
         return z3.BoolVal(True)  # 0.33.0 has no mode "all" (model/layout_v033.py)
     raise ValueError(f"precondition {name!r} has no vllm-0.33.0 formula")
@@ -92,10 +100,12 @@ class Built:
     st: E.State33
     result: E.Result33
     premises: list[z3.BoolRef]
+    candidate: z3.ArithRef | None = None  # maximality: a valid hit (E.valid_hit)
 
 
 def build(sem: Semantics, template: Template, assumed: Sequence[str],
-          scope: E.Scope = E.SCOPE, passes: int | None = None) -> Built:
+          scope: E.Scope = E.SCOPE, passes: int | None = None,
+          maximal: bool = False) -> Built:
     kinds, order = template
     enc = E.Enc33(scope)
     cfg = E.symbolic_config(kinds, scope)
@@ -104,12 +114,19 @@ def build(sem: Semantics, template: Template, assumed: Sequence[str],
     premises += [precondition(p, enc, cfg, d) for p in assumed]
     st = E.run_loop(enc, cfg, d, sem, scope.passes if passes is None else passes)
     r = E.result_of(enc, cfg, d, st)
-    return Built(enc, cfg, d, st, r, premises)
+    candidate = None
+    if maximal:  # the premise maximality rests on: a valid hit exists
+        candidate = z3.Int("valid_hit")
+        premises.append(E.valid_hit(enc, cfg, d, candidate))
+    return Built(enc, cfg, d, st, r, premises, candidate)
 
 
 def violation(thm: str, b: Built) -> z3.BoolRef:
     if thm == "termination":
         return z3.Not(E.finished(b.st))
+    if thm == "maximality":  # the lookup answers, below a valid hit
+        assert b.candidate is not None
+        return z3.And(E.finished(b.st), z3.Not(b.result.deferred), b.result.hit < b.candidate)
     return z3.And(E.finished(b.st), E.VIOLATIONS[thm](b.enc, b.cfg, b.d, b.result))
 
 
@@ -261,7 +278,7 @@ def counterexample(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms:
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
             return Verdict33("UNKNOWN", time.monotonic() - t0, note="out of time")
-        b = build(sem, template, assumed, scope)
+        b = build(sem, template, assumed, scope, maximal=thm == "maximality")
         s = solver(b, violation(thm, b), left)
         if best is not None:
             s.add(b.cfg.prompt < best[0])
@@ -278,7 +295,7 @@ def counterexample(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms:
     if best is None:
         return Verdict33("PROVED", time.monotonic() - t0)
     prompt, i = best
-    b = build(sem, TEMPLATES[i], assumed, scope)
+    b = build(sem, TEMPLATES[i], assumed, scope, maximal=thm == "maximality")
     s = solver(b, violation(thm, b), PIN_MS)
     s.add(b.cfg.prompt == prompt)
     try:
@@ -287,6 +304,16 @@ def counterexample(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms:
         return Verdict33("UNKNOWN", time.monotonic() - t0,
                          note=f"counterexample found, but its minimum is undecided ({e})")
     scen = scenario_from_model(s.model(), b, sem)
+    if thm == "maximality":  # the file carries the largest valid hit the model finds
+        o = evaluate(parse_scenario(scen))
+        better = None
+        if o.refused is None and isinstance(o.layout, ChunkLayout):
+            better = larger_valid_hit(parse_scenario(scen), o.layout, o.hit_tokens)
+        if better is None:
+            return Verdict33("UNKNOWN", time.monotonic() - t0, scen,
+                             note=f"model finds no valid hit above {o.hit_tokens}: "
+                                  "encoding bug")
+        scen["valid_hit"] = better
     if thm != "termination":
         why = replay(thm, scen)
         if why is not None:
@@ -302,14 +329,15 @@ def check(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 300
     runs that end within the unrolled passes; ``termination`` proves that every run in
     the scope does (the report runs it beside them)."""
     sem = get_semantics(sem_name)
-    if thm == "maximality":
-        raise ValueError("maximality: no valid-hit definition for vLLM 0.33.0 in model/ yet")
     t0 = time.monotonic()
     v = counterexample(thm, sem, assumed, timeout_ms, scope)
     ends = ("every run ends within" if thm == "termination"
             else "runs of up to (termination: every run ends within)")
+    cost = ("valid hits: complete chunks by 0.33.0's rules (model/maximality_v033.py); a "
+            "maximality failure costs hit tokens (recomputed on the GPU), not correctness"
+            if thm == "maximality" else "")
     note = "; ".join(x for x in (f"bounded scope: {scope.words()}; {ends} "
-                                 f"{scope.passes} passes", v.note) if x)
+                                 f"{scope.passes} passes", cost, v.note) if x)
     return Verdict33(v.status, time.monotonic() - t0, v.counterexample, note)
 
 
@@ -317,15 +345,19 @@ def witness(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 1
             scope: E.Scope = E.SCOPE) -> Witness:
     """A run the premises of a PROVED result admit, with a non-zero hit that restores a
     Mamba state (``proofs.witness`` for 0.33.0): the least such, replayed through
-    model/ (same hit, a Mamba load)."""
+    model/ (same hit, a Mamba load). For maximality the premise is a valid hit
+    (``E.valid_hit``) whose load restores a Mamba state; the model must agree it is
+    valid."""
     sem = get_semantics(sem_name)
     t0 = time.monotonic()
+    maximal = thm == "maximality"
     for template in TEMPLATES:
         kinds = template[0]
         if E.MAMBA not in kinds:
             continue
-        b = build(sem, template, assumed, scope)
-        loads = E.load_plan(b.enc, b.cfg, b.d, b.result.hit)
+        b = build(sem, template, assumed, scope, maximal=maximal)
+        loaded = b.result.hit if b.candidate is None else b.candidate
+        loads = E.load_plan(b.enc, b.cfg, b.d, loaded)
         mamba = kinds.index(E.MAMBA)
         goal = z3.And(E.finished(b.st), E.active(b.result), b.cfg.prefix_caching,
                       loads[mamba].pending > 0)
@@ -336,18 +368,31 @@ def witness(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 1
         try:
             _smallest(s, b.cfg.prompt, 1)
             _pin(s, b)
+            if b.candidate is not None:  # the least valid hit: one witness, run to run
+                _smallest(s, b.candidate, 1)
+                if s.check() != z3.sat:
+                    raise Undecided("pinned witness")
         except Undecided as e:
             return Witness(False, time.monotonic() - t0, note=f"witness undecided ({e})")
         m = s.model()
         scen = scenario_from_model(m, b, sem)
         hit = _int(m, b.result.hit)
+        valid = None if b.candidate is None else _int(m, b.candidate)
         o = evaluate(parse_scenario(scen))
         mamba_load = any(ld.blocks and ld.state_position is not None for ld in o.loads)
+        if valid is not None:  # the valid hit's load restores the state (Z3: pending > 0)
+            lay = o.layout if isinstance(o.layout, ChunkLayout) else None
+            ok = lay is not None and is_valid_hit(parse_scenario(scen), lay, valid)
+            plan = load_v033.load_plan(lay, parse_scenario(scen), valid, None) \
+                if lay is not None and ok else None
+            mamba_load = plan is not None and any(
+                ld.blocks and ld.state_position is not None for ld in plan.loads)
         if o.refused or o.hit_tokens != hit or not mamba_load:
-            return Witness(False, time.monotonic() - t0, scen, hit,
+            return Witness(False, time.monotonic() - t0, scen, hit, valid,
                            note=f"witness not reproduced by model/ (hit {o.hit_tokens}, "
-                                f"Z3 {hit}; refused: {o.refused}): encoding bug")
-        return Witness(True, time.monotonic() - t0, scen, hit)
+                                f"Z3 {hit}; valid hit {valid}; refused: {o.refused}): "
+                                "encoding bug")
+        return Witness(True, time.monotonic() - t0, scen, hit, valid)
     return Witness(False, time.monotonic() - t0,
                    note=f"no run with a non-zero hit and a Mamba load satisfies the premises "
                         f"(scope: {scope.words()}): the proof may be vacuous")

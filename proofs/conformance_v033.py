@@ -106,3 +106,15 @@ def encode_scenario(s: Scenario, mod: ModuleType = encoding_module) -> Encoded:
                          if _val(f(enc, cfg, d, r)))
     return Encoded(None if deferred else int(hit), passes, loads, violated,
                    bool(_val(d.order_holds)))
+
+
+def valid_hits(s: Scenario, mod: ModuleType = encoding_module) -> frozenset[int]:
+    """The hits ``h`` (0 .. prompt) for which the encoding's ``valid_hit`` holds on ``s``
+    (``model.maximality_v033.is_valid_hit``'s twin; tests/test_maximality_v033.py)."""
+    scope, cfg, order = concrete(s, mod)
+    enc = mod.Enc33(scope)
+    d = mod.derive(enc, cfg, order)
+    hit = z3.Int("hit")
+    formula = z3.simplify(mod.valid_hit(enc, cfg, d, hit))  # built once, then each hit
+    return frozenset(h for h in range(0, s.num_tokens + 1)
+                     if _val(z3.substitute(formula, (hit, z3.IntVal(h)))))

@@ -572,3 +572,40 @@ VIOLATIONS = {
     "leaves-last-token": violates_leaves_last_token,
     "whole-blocks": violates_whole_blocks,
 }
+
+
+# --- maximality: the valid hits (model/maximality_v033.py) ---------------------------
+
+
+def multiple(x: z3.ArithRef, d: z3.ArithRef, most: int) -> z3.BoolRef:
+    """``x`` is ``k * d`` for some ``0 <= k <= most`` (linear: ``k`` is a number)."""
+    return z3.Or([x == k * d for k in range(most + 1)])
+
+
+def valid_hit(enc: Enc33, cfg: Config33, d: Derived33, h: z3.ArithRef) -> z3.BoolRef:
+    """``model.maximality_v033.is_valid_hit`` in Z3, rule for rule (each a line, in the
+    model's order; scheduler.py lines there)."""
+    N = enc.scope.chunks
+    y = cfg.computed + h
+    c: list[z3.BoolRef] = []
+    c.append(z3.Not(cfg.in_flight))  # not-in-flight
+    c.append(z3.Not(cfg.skip_reading))  # reads-prefix-cache
+    c.append(z3.Implies(cfg.has_new_cap, h <= cfg.new_cap))  # new-tokens-cap
+    c.append(z3.Implies(cfg.has_load_cap, h <= cfg.load_cap))  # load-cap
+    if d.windowed_any:
+        c.append(y <= cfg.prompt - 1)  # last-token
+    c.append(z3.Implies(d.align_on, multiple(y, d.align, N + 1)))  # mamba-align
+    for g in range(len(cfg.kinds)):
+        tpc = d.tpc[g]
+        c.append(z3.Implies(cfg.has_load_cap, multiple(y, tpc, N + 1)))  # load-cap-chunks
+        c.append(y <= enc.times(d.keys[g], tpc, N))  # keyed
+        c.append(h >= tpc)  # whole-chunk
+        stop = enc.cdiv(y, tpc, N + 1)  # the chunks the group needs
+        window = load_window(enc, cfg, d, g, y)
+        first = d.start[g] if window is None else zmax(d.start[g], stop - window)
+        for i, (a, busy) in enumerate(zip(cfg.ans[g], cfg.loading[g], strict=True)):
+            needed = z3.And(first <= i, i < stop)
+            c.append(z3.Implies(needed, a == HIT))  # ready-hit
+            idle = z3.Not(z3.And(cfg.prefix_caching, busy))
+            c.append(z3.Implies(needed, idle))  # not-being-loaded
+    return z3.And(c)

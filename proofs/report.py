@@ -153,6 +153,8 @@ def _picture(scen: dict[str, Any], path: Path, title: str) -> list[str]:
     larger = None
     if path.name.startswith("maximality") and isinstance(o.layout, Layout):
         larger = larger_valid_hit(s, o.layout, get_semantics(o.semantics), o.hit_tokens)
+    elif path.name.startswith("maximality") and isinstance(scen.get("valid_hit"), int):
+        larger = scen["valid_hit"]  # 0.33.0: the file carries it (model.maximality_v033)
     draw_png(s, o, path, title, larger=larger, unreachable=evaluate(s).refused)
     return token_line(s, o)
 

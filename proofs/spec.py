@@ -116,7 +116,7 @@ def example(scenario: dict[str, Any], semantics: str | None = None) -> Example:
                   if ld.state_position is not None and s.groups[ld.group].restores_state), None)
     larger = next((scenario[k] for k in LARGER_FIELDS if isinstance(scenario.get(k), int)),
                   None)
-    if larger is None and isinstance(o.layout, Layout):  # no 0.33.0 valid hit yet
+    if larger is None and isinstance(o.layout, Layout):  # 0.33.0's files carry theirs
         larger = larger_valid_hit(s, o.layout, get_semantics(o.semantics), o.hit_tokens)
     return Example(scenario, o.semantics, o.hit_tokens,
                    tuple(v.invariant for v in o.violations), explain(s, o),

@@ -157,6 +157,20 @@ PRECONDITIONS: dict[str, Precondition] = {
             "value for every group.",
         ),
         Precondition(
+            "caps-reach-prompt",
+            "with sliding-window or Mamba groups, every cap set (max_load_tokens, "
+            "max_num_new_tokens: vLLM 0.33.0's; older releases have none) reaches the "
+            "prompt's end: num_computed_tokens + cap >= prompt_tokens",
+            lambda c, d: z3.BoolVal(True),  # the 0.23.0/0.24.0 encoding has no caps
+            "Can break: max_load_tokens is a request's kv_transfer_params entry "
+            "(offloading/scheduler.py:385 of 0.33.0), and the connector passes "
+            "max_num_new_tokens when a KV-cache group is not offloaded "
+            "(_max_loadable_tokens in offloading_connector.py; it always ends before "
+            "the prompt). A cap below the prompt still loses the last-token margin "
+            "(scheduler.py:876 subtracts 1 after the caps, :863-870), then the Mamba or "
+            "load-cap round-down (:877, :917) can lose a whole chunk.",
+        ),
+        Precondition(
             "nothing-deferred-or-loading",
             "the store defers no lookup and no block is being loaded",
             lambda c, d: z3.BoolVal(True),  # applied to the store in theorems.py
@@ -373,9 +387,11 @@ THEOREMS: dict[str, Theorem] = {
             "No larger hit than the one returned would keep the invariants for the same store.",
             None,  # built in proofs.check (it needs the candidate in the invariant)
             ("no-eagle", "window-not-one-past-blocks"),
-            # not on 0.33.0: model/ has no valid-hit definition for it yet
-            _holds_on("vllm-0.23.0", "vllm-0.24.0", v033=False),
-            accepted=_holds_on(v033=False),
+            # 0.33.0 (complete chunks, model/maximality_v033.py): an EAGLE group's pop
+            # and a binding cap each give hit tokens away
+            _holds_on("vllm-0.23.0", "vllm-0.24.0", *V033),
+            accepted=_holds_on(),
+            preconditions_by={s: ("no-eagle", "caps-reach-prompt") for s in V033},
         ),
     )
 }

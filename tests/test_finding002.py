@@ -12,11 +12,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import z3
 
 from model.evaluate import evaluate
 from model.layout import cdiv
+from model.layout_v033 import resolve_layout
 from model.real_layouts import load_templates
-from model.scenario import load_scenario_file
+from model.scenario import Scenario, load_scenario_file
+from proofs import check_v033, encoding_v033
+from proofs.conformance_v033 import concrete
+from tests.test_conformance_v033 import scenarios
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "tests" / "scenarios" / "finding-002").glob("*.json"))
@@ -46,3 +51,27 @@ def test_every_real_layout_keeps_full_chunks_within_a_windowed_chunk() -> None:
         windowed = [g.block_size * bpc for g in t.groups if g.kind != "full_attention"]
         full = [g.block_size * bpc for g in t.groups if g.kind == "full_attention"]
         assert not windowed or all(f <= max(windowed) for f in full), t.key
+
+
+def _full_chunk_within_windowed(s: Scenario) -> bool:
+    chunks = resolve_layout(s).groups
+    windowed = [c.tokens_per_chunk for c, g in zip(chunks, s.groups, strict=True)
+                if g.kind != "full_attention"]
+    return not windowed or all(c.tokens_per_chunk <= max(windowed)
+                               for c, g in zip(chunks, s.groups, strict=True)
+                               if g.kind == "full_attention")
+
+
+def test_precondition_formula_v033_conforms() -> None:
+    """proofs/check_v033.py's formula of full-chunk-within-windowed says what the plain
+    predicate says on generated 0.33.0 scenarios; both values occur."""
+    seen = set()
+    for s in scenarios(80, seed=12):
+        scope, cfg, order = concrete(s)
+        enc = encoding_v033.Enc33(scope)
+        d = encoding_v033.derive(enc, cfg, order)
+        got = z3.is_true(z3.simplify(check_v033.precondition(
+            "full-chunk-within-windowed", enc, cfg, d)))
+        assert got == _full_chunk_within_windowed(s), s
+        seen.add(got)
+    assert seen == {True, False}, seen

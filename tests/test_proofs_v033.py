@@ -33,3 +33,41 @@ def test_counterexample_is_deterministic_and_replays() -> None:
 def test_witness_of_a_proof_replays() -> None:
     w = check_v033.witness("no-partial-state", "vllm-0.33.0", ("align-divides-blocks",))
     assert w.found and w.hit > 0, w.note
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kept", [("no-eagle",), ("caps-reach-prompt",)])
+def test_maximality_counterexample_carries_the_larger_valid_hit(kept: tuple[str, ...]) -> None:
+    """Maximality on 0.33.0 with one precondition dropped: a deterministic counterexample
+    whose file names the larger valid hit, and the model says so on replay."""
+    sem = get_semantics("vllm-0.33.0")
+    a, b = (check_v033.counterexample("maximality", sem, kept, 600_000) for _ in range(2))
+    assert a.status == "COUNTEREXAMPLE" and a.counterexample == b.counterexample, a.note
+    assert a.counterexample is not None
+    o = evaluate(parse_scenario(a.counterexample))
+    larger = a.counterexample["valid_hit"]
+    assert o.hit_tokens is not None and larger > o.hit_tokens
+    assert [v.message for v in o.violations] == [
+        f"not maximal: hit {o.hit_tokens}, a valid hit of {larger} exists"]
+
+
+@pytest.mark.slow
+def test_maximality_witness_has_a_valid_hit_restoring_a_mamba_state() -> None:
+    w = check_v033.witness("maximality", "vllm-0.33.0", ("no-eagle", "caps-reach-prompt"))
+    assert w.found and w.valid_hit is not None and w.valid_hit > 0, w.note
+
+
+@pytest.mark.slow
+def test_vacuous_valid_hit_leaves_maximality_without_a_witness(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sabotage: a valid_hit no hit satisfies proves maximality vacuously; the witness
+    query then finds nothing, so the report cannot count the proof."""
+    import z3
+
+    from proofs import encoding_v033
+
+    monkeypatch.setattr(encoding_v033, "valid_hit", lambda enc, cfg, d, h: z3.BoolVal(False))
+    assert check_v033.check("maximality", "vllm-0.33.0", ("no-eagle", "caps-reach-prompt"),
+                            ).status == "PROVED"
+    w = check_v033.witness("maximality", "vllm-0.33.0", ("no-eagle", "caps-reach-prompt"))
+    assert not w.found and "vacuous" in w.note
