@@ -295,12 +295,15 @@ def _pin(s: z3.Solver, b: Built) -> None:
 
 
 def counterexample(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int,
-                   scope: E.Scope = E.SCOPE) -> Verdict33:
-    """The least counterexample over the scope's templates, replayed through model/."""
+                   scope: E.Scope = E.SCOPE, tails_only: bool = False) -> Verdict33:
+    """The least counterexample over the scope's templates (``tails_only``: those with
+    partial tails on), replayed through model/."""
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
     best: tuple[int, int] | None = None  # (prompt, template index)
     for i, template in enumerate(TEMPLATES):
+        if tails_only and not template[2]:
+            continue
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
             return Verdict33("UNKNOWN", time.monotonic() - t0, note="out of time")
@@ -350,13 +353,14 @@ def counterexample(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms:
 
 
 def check(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 300_000,
-          scope: E.Scope = E.SCOPE) -> Verdict33:
-    """PROVED / COUNTEREXAMPLE / UNKNOWN over the scope. The other theorems are about
+          scope: E.Scope = E.SCOPE, tails_only: bool = False) -> Verdict33:
+    """PROVED / COUNTEREXAMPLE / UNKNOWN over the scope (``tails_only``: its layouts with
+    partial tails on, beside a layered proof of the rest). The other theorems are about
     runs that end within the unrolled passes; ``termination`` proves that every run in
     the scope does (the report runs it beside them)."""
     sem = get_semantics(sem_name)
     t0 = time.monotonic()
-    v = counterexample(thm, sem, assumed, timeout_ms, scope)
+    v = counterexample(thm, sem, assumed, timeout_ms, scope, tails_only)
     ends = ("every run ends within" if thm == "termination"
             else "runs of up to (termination: every run ends within)")
     cost = ("valid hits: complete chunks by 0.33.0's rules (model/maximality_v033.py); a "

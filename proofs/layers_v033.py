@@ -307,24 +307,32 @@ def witness(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 
 
 def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
           ) -> Verdict | None:
-    """A PROVED ``proofs.check.Verdict`` with the layered proof's scope, or None when the
-    layered proof does not close (the caller then runs the bounded check, which finds
-    any counterexample). ``termination`` also keeps the bounded check: the bounded
-    verdicts of the other theorems rest on its bound on the passes."""
+    """A verdict from the layered proof (partial tails off) and the bounded check of the
+    layouts with partial tails on, or None when the layered proof does not close (the
+    caller then runs the bounded check, which finds any counterexample).
+    ``termination`` keeps the whole bounded check: the bounded verdicts of the other
+    theorems rest on its bound on the passes."""
     from proofs import check_v033
     from proofs.check import Verdict
+    from proofs.encoding_v033 import SCOPE
 
     t0 = time.monotonic()
     status, where, _ = prove(thm, sem, assumed, timeout_ms // 2)
     if status != "PROVED":
         return None
+    left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
+    tails = thm != "termination"
+    bounded = check_v033.check(thm, sem.name, assumed, left, tails_only=tails)
+    scope = (f"{SCOPE_WORDS}; with partial tails on, within the bounded scope of "
+             f"proofs/encoding_v033.py ({SCOPE.words()})" if tails else SCOPE_WORDS)
     note = f"layered proof (proofs/layers_v033.py): {SCOPE_WORDS}"
-    if thm == "termination":
-        left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
-        bounded = check_v033.check(thm, sem.name, assumed, left)
-        if bounded.status != "PROVED":
-            return Verdict(bounded.status, time.monotonic() - t0, bounded.counterexample,
-                           f"{note}; but the bounded pass bound: {bounded.note}")
+    if bounded.status != "PROVED":
+        return Verdict(bounded.status, time.monotonic() - t0, bounded.counterexample,
+                       f"{note}; but {'partial tails on' if tails else 'the pass bound'}: "
+                       f"{bounded.note}")
+    if tails:
+        note += f"; with partial tails on: {bounded.note}"
+    else:
         note += ("; and within the bounded scope of the other 0.33.0 verdicts "
                  f"({bounded.note.removeprefix('bounded scope: ')})")
-    return Verdict("PROVED", time.monotonic() - t0, note=note, scope=SCOPE_WORDS)
+    return Verdict("PROVED", time.monotonic() - t0, note=note, scope=scope)
