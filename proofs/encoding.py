@@ -22,6 +22,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Any
 
 import z3
 
@@ -274,45 +275,72 @@ class Enc:
         return out
 
 
-def _store_group(decl: z3.FuncDeclRef) -> str | None:
-    """``stored1`` -> ``1``: which group's store a predicate belongs to."""
-    name: str = decl.name()
+def _raw(name: str) -> Callable[..., Any]:
+    """The ctypes entry point of a Z3 C API function, without the Python wrapper's
+    error check (each call below takes an AST reachable from a live root)."""
+    fn: Callable[..., Any] = getattr(z3.z3core, name).__defaults__[0].f
+    return fn
+
+
+_KIND, _ID, _NARGS, _ARG, _DECL, _DECL_NAME, _SYMBOL, _ARITY = map(_raw, (
+    "Z3_get_ast_kind", "Z3_get_ast_id", "Z3_get_app_num_args", "Z3_get_app_arg",
+    "Z3_get_app_decl", "Z3_get_decl_name", "Z3_get_symbol_string", "Z3_get_arity"))
+_APP = z3.Z3_APP_AST
+
+
+def _store_applications(roots: Sequence[z3.ExprRef]) -> list[tuple[str, z3.ExprRef]]:
+    """Every distinct application of a store predicate under ``roots``: (its group, its
+    argument), in depth-first order. Walked on raw ASTs (no Python wrapper per node: the
+    queries have tens of thousands of nodes)."""
+    ctx = z3.main_ctx()
+    ref = ctx.ref()
+    seen: set[int] = set()
+    groups: dict[int, str | None] = {}  # a declaration's address (alive during the walk)
+    out: list[tuple[str, z3.ExprRef]] = []
+    stack = [r.as_ast() for r in roots]
+    while stack:
+        a = stack.pop()
+        k = _ID(ref, a)
+        if k in seen:
+            continue
+        seen.add(k)
+        if _KIND(ref, a) != _APP:
+            continue
+        n = _NARGS(ref, a)
+        if n == 1:
+            decl = _DECL(ref, a)
+            addr = z3.z3core.ctypes.cast(decl, z3.z3core.ctypes.c_void_p).value or 0
+            if addr not in groups:
+                name = _SYMBOL(ref, _DECL_NAME(ref, decl))
+                groups[addr] = _store_group_name(
+                    name.decode() if isinstance(name, bytes) else str(name),
+                    int(_ARITY(ref, decl)))
+            g = groups[addr]
+            if g is not None:
+                out.append((g, z3.z3._to_expr_ref(_ARG(ref, a, 0), ctx)))
+        stack.extend(_ARG(ref, a, i) for i in range(n))
+    return out
+
+
+def _store_group_name(name: str, arity: int) -> str | None:
     for prefix in ("stored", "deferred", "loading"):
-        if name.startswith(prefix) and decl.arity() == 1:
+        if name.startswith(prefix) and arity == 1:
             return name[len(prefix):]
     return None
 
 
-def _walk(roots: Sequence[z3.ExprRef]) -> list[z3.ExprRef]:
-    seen: set[int] = set()
-    out: list[z3.ExprRef] = []
-    stack = list(roots)
-    while stack:
-        e = stack.pop()
-        k = e.get_id()
-        if k in seen:
-            continue
-        seen.add(k)
-        out.append(e)
-        if z3.is_app(e):
-            stack.extend(e.children())
-    return out
-
-
 def _store_names(e: z3.ExprRef) -> set[str]:
-    return {g for x in _walk([e]) if z3.is_app(x) and (g := _store_group(x.decl())) is not None}
+    return {g for g, _ in _store_applications([e])}
 
 
 def _applied_indices(roots: Sequence[z3.ExprRef]) -> dict[str, list[z3.ArithRef]]:
     out: dict[str, list[z3.ArithRef]] = {}
     ids: set[tuple[str, int]] = set()
-    for x in _walk(roots):
-        if z3.is_app(x) and (g := _store_group(x.decl())) is not None:
-            arg = x.arg(0)
-            if z3.is_var(arg) or (g, arg.get_id()) in ids:
-                continue
-            ids.add((g, arg.get_id()))
-            out.setdefault(g, []).append(arg)
+    for g, arg in _store_applications(roots):
+        if z3.is_var(arg) or (g, arg.get_id()) in ids:
+            continue
+        ids.add((g, arg.get_id()))
+        out.setdefault(g, []).append(arg)
     return out
 
 
