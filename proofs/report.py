@@ -265,6 +265,7 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
     # (the report keeps the order above)
     todo = sorted(pairs, key=lambda p: (-HEAVY.get(p[0], 0), pairs.index(p)))
     rows: list[Row] = []
+    jobs = min(jobs, len(todo))  # one pair runs in this process: no worker to start
     with multiprocessing.Pool(jobs) if jobs > 1 else nullcontext() as pool:
         results = (pool.imap_unordered(_run_one, todo) if pool is not None
                    else map(_run_one, pairs))
