@@ -63,6 +63,11 @@ def precondition(name: str, enc: E.Enc33, cfg: E.Config33, d: E.Derived33) -> z3
             _multiple(t, d.align, enc.scope.chunks + 1, cfg.prompt) for t in d.tpc]))
     if name == "same-block-size":
         return z3.And([x == cfg.gpu[0] for x in cfg.gpu])
+    if name == "full-chunk-within-windowed":  # finding 002
+        windowed = [t for t, k in zip(d.tpc, cfg.kinds, strict=True) if k != E.FA]
+        return z3.And([z3.Or([t <= w for w in windowed])
+                       for t, k in zip(d.tpc, cfg.kinds, strict=True)
+                       if k == E.FA and windowed])
     if name == "no-eagle":
         return z3.And([z3.Not(e) for e in cfg.eagle])
     if name == "nothing-deferred-or-loading":

@@ -143,6 +143,20 @@ PRECONDITIONS: dict[str, Precondition] = {
             "their trailing block is given away on purpose.",
         ),
         Precondition(
+            "full-chunk-within-windowed",
+            "every full-attention group's offloaded block is at most the offloaded block of "
+            "some sliding-window or Mamba group (where the layout has one)",
+            lambda c, d: z3.And([z3.Or([d.obs[g] <= d.obs[h] for h in d.windowed])
+                                 for g in range(len(c.kinds))
+                                 if g not in d.windowed and d.windowed]),
+            "Not checked by vLLM, and not needed for correct output: a hit that ends inside a "
+            "full-attention chunk loads that chunk's GPU blocks and the engine recomputes the "
+            "tokens past the hit (docs/findings/002-hit-inside-a-chunk.md). It holds for every "
+            "layout of docs/layouts-vllm-0.33.0.md: in align mode the Mamba group takes "
+            "cache_config.block_size, as full-attention layers do, and blocks_per_chunk is one "
+            "value for every group.",
+        ),
+        Precondition(
             "caps-reach-prompt",
             "with sliding-window or Mamba groups, every cap set (max_load_tokens, "
             "max_num_new_tokens: vLLM 0.33.0's; older releases have none) reaches the "
@@ -356,6 +370,9 @@ THEOREMS: dict[str, Theorem] = {
             _holds_on(*ALL_SEMANTICS, *V033),
             uses_store=False,
             accepted=_holds_on(),
+            # finding 002 (not a bug): on 0.33.0 only a full-attention chunk larger than
+            # every sliding-window and Mamba chunk lets the hit end inside it
+            preconditions_by={s: ("full-chunk-within-windowed",) for s in V033},
         ),
         Theorem(
             "termination",

@@ -61,6 +61,10 @@ def _precondition_in_model(name: str, s: Scenario) -> bool:
         return align is None or all(o % align == 0 for o in obs)
     if name == "same-block-size":
         return len(set(sizes)) == 1
+    if name == "full-chunk-within-windowed":
+        windowed = [obs[g] for g, x in enumerate(s.groups) if x.kind != "full_attention"]
+        return not windowed or all(obs[g] <= max(windowed) for g, x in enumerate(s.groups)
+                                   if x.kind == "full_attention")
     if name == "window-whole-blocks":
         return all(w % obs[g] == 0 for g, w in windows)
     if name == "window-not-one-past-blocks":

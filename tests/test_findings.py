@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from model.evaluate import evaluate
+from model.scenario import load_scenario_file
 from sim.crosscheck.envs import env_python
 
 pytestmark = pytest.mark.crosscheck
@@ -120,3 +122,43 @@ def test_proposed_fix_restores_the_state_at_the_hit_end_on_real_033() -> None:
         assert (ROOT / "docs" / "findings" / name).read_text() == subprocess.run(
             [str(python), str(FIX), "--diff", "--fix", fix], capture_output=True, text=True,
             timeout=300, cwd=ROOT).stdout
+
+
+REPRO_002 = ROOT / "docs" / "findings" / "vllm_tests" / "test_offloading_hit_inside_chunk.py"
+SCENARIOS_002 = ROOT / "tests" / "scenarios" / "finding-002"
+
+
+def test_finding_002_hit_inside_a_chunk_loses_nothing_on_real_033_engine_core() -> None:
+    # docs/findings/002: the whole-blocks counterexample on 0.33.0 (hit shorter than the
+    # full-attention chunk) through the real engine-core Scheduler and connector: the
+    # load writes the GPU blocks up to cdiv(hit, block), copied from the chunk holding
+    # the hit's end, and the engine computes from the hit on (the tokens past the hit are
+    # recomputed); the Mamba state is the one at the hit's end
+    result = run_in_033(REPRO_002)
+    one, two = result["bpc1"], result["bpc2"]
+    assert one["hit"] == 1
+    assert one["loads"] == [{"keys": ["attn0", "mamba0"],
+                             "gpu_blocks": {"attn": [0, 1], "mamba": [0, 1]}}]
+    assert one["computed"] == [{"from": 1, "tokens": 1}, {"from": 2, "tokens": 1}]
+    assert one["mamba_states"] == [{"serves": [0, 1], "state_at": 1, "key_ends_at": 1}]
+    # two blocks per chunk: the attention chunk [0, 4) is named, one GPU block copied
+    assert two["hit"] == 2
+    assert two["loads"] == [{"keys": ["attn0", "mamba0"],
+                             "gpu_blocks": {"attn": [0, 1], "mamba": [1, 2]}}]
+    assert two["computed"] == [{"from": 2, "tokens": 4}, {"from": 6, "tokens": 1}]
+    assert two["mamba_states"] == [{"serves": [0, 2], "state_at": 2, "key_ends_at": 2}]
+    # the model names the same hit, keys, GPU blocks and state, and still flags the
+    # shape as a whole-blocks counterexample (the invariant is stricter than correctness)
+    for name, real in (("hit-inside-full-attention-chunk.json", one),
+                       ("hit-inside-full-attention-chunk-bpc2.json", two)):
+        o = evaluate(load_scenario_file(SCENARIOS_002 / name))
+        assert o.hit_tokens == real["hit"]
+        attn, mamba = o.loads
+        for load, label in ((attn, "attn"), (mamba, "mamba")):
+            assert load.gpu_block_index is not None
+            assert [load.gpu_block_index, load.gpu_block_index + load.gpu_blocks] == \
+                real["loads"][0]["gpu_blocks"][label]
+        assert mamba.state_position == real["mamba_states"][0]["state_at"]
+        # keys by the token each ends at: the attention chunk holding the hit's end
+        assert [len(attn.blocks), len(mamba.blocks)] == [1, 1]
+        assert [v.invariant for v in o.violations] == ["whole-blocks"]

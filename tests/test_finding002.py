@@ -1,0 +1,77 @@
+"""Finding 002 (not a bug): a vLLM 0.33.0 hit that ends inside a full-attention chunk.
+
+Model side, fast: the whole-blocks counterexample's scenario files load the chunk that
+holds the hit's end (GPU blocks up to ``cdiv(hit, block)``) and break nothing but
+``whole-blocks``; the precondition under which the bounded proof of ``whole-blocks``
+holds on 0.33.0 (``full-chunk-within-windowed``) holds for every accepted row of the
+real-layout table. The real engine-core run is ``tests/test_findings.py`` (crosscheck).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import z3
+
+from model.evaluate import evaluate
+from model.layout import cdiv
+from model.layout_v033 import resolve_layout
+from model.real_layouts import load_templates
+from model.scenario import Scenario, load_scenario_file
+from proofs import check_v033, encoding_v033
+from proofs.conformance_v033 import concrete
+from tests.test_conformance_v033 import scenarios
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = sorted((ROOT / "tests" / "scenarios" / "finding-002").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_the_chunk_holding_the_hit_end_is_loaded(path: Path) -> None:
+    s = load_scenario_file(path)
+    o = evaluate(s)
+    assert o.hit_tokens and [v.invariant for v in o.violations] == ["whole-blocks"]
+    end = s.num_computed_tokens + o.hit_tokens
+    for load, g in zip(o.loads, s.groups, strict=True):
+        assert load.gpu_block_index is not None
+        # the GPU blocks the worker writes reach past every token below the hit
+        assert load.gpu_block_index + load.gpu_blocks == cdiv(end, g.gpu_block_size)
+        if g.kind == "mamba":
+            assert load.state_position == end
+    attn = o.loads[0]
+    assert len(attn.blocks) == 1 and attn.blocks[0] > end  # the chunk holding the hit's end
+
+
+def test_every_real_layout_keeps_full_chunks_within_a_windowed_chunk() -> None:
+    rows = [t for t in load_templates() if t.accepted]
+    assert len(rows) > 50
+    for t in rows:
+        bpc = t.blocks_per_chunk or 1
+        windowed = [g.block_size * bpc for g in t.groups if g.kind != "full_attention"]
+        full = [g.block_size * bpc for g in t.groups if g.kind == "full_attention"]
+        assert not windowed or all(f <= max(windowed) for f in full), t.key
+
+
+def _full_chunk_within_windowed(s: Scenario) -> bool:
+    chunks = resolve_layout(s).groups
+    windowed = [c.tokens_per_chunk for c, g in zip(chunks, s.groups, strict=True)
+                if g.kind != "full_attention"]
+    return not windowed or all(c.tokens_per_chunk <= max(windowed)
+                               for c, g in zip(chunks, s.groups, strict=True)
+                               if g.kind == "full_attention")
+
+
+def test_precondition_formula_v033_conforms() -> None:
+    """proofs/check_v033.py's formula of full-chunk-within-windowed says what the plain
+    predicate says on generated 0.33.0 scenarios; both values occur."""
+    seen = set()
+    for s in scenarios(80, seed=12):
+        scope, cfg, order = concrete(s)
+        enc = encoding_v033.Enc33(scope)
+        d = encoding_v033.derive(enc, cfg, order)
+        got = z3.is_true(z3.simplify(check_v033.precondition(
+            "full-chunk-within-windowed", enc, cfg, d)))
+        assert got == _full_chunk_within_windowed(s), s
+        seen.add(got)
+    assert seen == {True, False}, seen
