@@ -353,6 +353,7 @@ def _forget_proofs() -> None:
     if check is not None:
         check._PROVED.clear()
         check._UNROLLED.clear()  # queries built by the other code
+        check._ANSWERS.clear()
     witness = sys.modules.get("proofs.witness")
     if witness is not None:
         witness._BUILT.clear()
