@@ -36,10 +36,10 @@ EAGLE groups give their trailing chunk away on purpose (:936, :984); the theorem
 none (precondition ``no-eagle``), and, with sliding-window or Mamba groups, no cap ending
 before the prompt (``caps-reach-prompt``: such a cap still loses the last-token margin of
 :876). Complete chunks only: a partial-tail hit
-(``_lookup_partial_tail``, :1160) ends inside a chunk and is not a valid hit here, and
-the proofs leave partial tails off (``proofs.encoding_v033.Scope``); with tails on the
-lookup answers its complete-chunk hit, a longer partial-tail hit (:1139) or a deferral
-(:1150), but that is not proved here.
+(``_lookup_partial_tail``, :1160) ends inside a chunk and is not a valid hit here; with
+tails on the lookup answers its complete-chunk hit, a longer partial-tail hit (:1139) or
+a deferral (:1150), and the proofs' partial-tail templates (``proofs.encoding_v033.
+Scope``) check that hit, when not deferred, against the valid complete-chunk hits.
 
 The Z3 twin is ``proofs.encoding_v033.valid_hit``; ``tests/test_maximality_v033.py``
 pins the two together. Each rule is one entry of ``RULES`` so that a test can drop it.

@@ -36,15 +36,21 @@ from proofs.witness import Witness
 
 # the layouts of the scope: at most one group of each kind; the sliding-window and Mamba
 # groups in either index order, and, with the Mamba group listed first, each lookup
-# order the window can give (encoding_v033.lookup_order)
-Template = tuple[tuple[str, ...], tuple[int, ...]]
+# order the window can give (encoding_v033.lookup_order); then the layouts with partial
+# tails on (the third field): full attention and Mamba align in either index order (the
+# partial-tail lookup asks the groups in index order), the only kinds start-up allows
+# them for within the scope (scheduler.py:274-292: no sliding window; a single group has
+# tokens_per_hash = its block size, kv_cache_utils.py:847)
+Template = tuple[tuple[str, ...], tuple[int, ...], bool]
 _KINDS: tuple[tuple[str, ...], ...] = (
     (E.MAMBA,), (E.FA,), (E.SW,),
     (E.FA, E.MAMBA), (E.SW, E.MAMBA), (E.MAMBA, E.SW), (E.FA, E.SW),
     (E.FA, E.SW, E.MAMBA), (E.FA, E.MAMBA, E.SW),
 )
+_TAIL_KINDS: tuple[tuple[str, ...], ...] = ((E.FA, E.MAMBA), (E.MAMBA, E.FA))
 TEMPLATES: tuple[Template, ...] = tuple(dict.fromkeys(
-    (k, E.lookup_order(k, first)) for k in _KINDS for first in (False, True)))
+    (k, E.lookup_order(k, first), False) for k in _KINDS for first in (False, True))) + tuple(
+    (k, E.lookup_order(k), True) for k in _TAIL_KINDS)
 
 
 @dataclass(frozen=True)
@@ -106,9 +112,9 @@ class Built:
 def build(sem: Semantics, template: Template, assumed: Sequence[str],
           scope: E.Scope = E.SCOPE, passes: int | None = None,
           maximal: bool = False) -> Built:
-    kinds, order = template
+    kinds, order, tails = template
     enc = E.Enc33(scope)
-    cfg = E.symbolic_config(kinds, scope)
+    cfg = E.symbolic_config(kinds, scope, tails=tails)
     d = E.derive(enc, cfg, order)
     premises = [E.startup(enc, cfg), d.order_holds]
     premises += [precondition(p, enc, cfg, d) for p in assumed]
@@ -122,8 +128,8 @@ def build(sem: Semantics, template: Template, assumed: Sequence[str],
 
 
 def violation(thm: str, b: Built) -> z3.BoolRef:
-    if thm == "termination":
-        return z3.Not(E.finished(b.st))
+    if thm == "termination":  # the loop, and the partial-tail boundaries (scope.boundaries)
+        return z3.Or(z3.Not(E.finished(b.st)), z3.And(E.finished(b.st), b.result.tail_left))
     if thm == "maximality":  # the lookup answers, below a valid hit
         assert b.candidate is not None
         return z3.And(E.finished(b.st), z3.Not(b.result.deferred), b.result.hit < b.candidate)
@@ -174,11 +180,25 @@ def scenario_from_model(m: z3.ModelRef, b: Built, sem: Semantics) -> dict[str, A
         loading = [i for i in range(nkeys) if _bool(m, cfg.loading[g][i])]
         if loading:
             grp["being_loaded"] = loading
+        if cfg.tails:  # partial-tail keys (block edges are chunk keys, written above)
+            block, tph, prompt = _int(m, cfg.gpu[0]), _int(m, cfg.tph), _int(m, cfg.prompt)
+            tails: dict[int, list[int]] = {c: [] for c in (E.HIT, E.HIT_PENDING, E.RETRY)}
+            for c, row in enumerate(cfg.tail_ans[g]):
+                for k, a in enumerate(row, start=1):
+                    pos = c * block + k * tph
+                    if k < block // tph and pos <= prompt and _int(m, a) in tails:
+                        tails[_int(m, a)].append(pos)
+            for name, code in (("stored_tails", E.HIT), ("pending_tails", E.HIT_PENDING),
+                               ("deferred_tails", E.RETRY)):
+                if tails[code]:
+                    grp[name] = tails[code]
         groups.append(grp)
     out: dict[str, Any] = {"semantics": sem.name, "block_size_factor": 1}
     bpc = _int(m, cfg.bpc)
     if bpc != 1:
         out["blocks_per_chunk"] = bpc
+    if cfg.tails:
+        out["hash_block_size"] = _int(m, cfg.tph)
     out |= {"prompt_tokens": _int(m, cfg.prompt),
             "num_computed_tokens": _int(m, cfg.computed), "groups": groups}
     if not caching:
@@ -248,6 +268,8 @@ def _pin(s: z3.Solver, b: Built) -> None:
     _smallest(s, cfg.bpc, 1)
     for x in cfg.gpu:
         _smallest(s, x, 1)
+    if cfg.tails:
+        _smallest(s, cfg.tph, 1)
     _smallest(s, cfg.computed, 0)
     for w in cfg.window:
         if w is not None:
@@ -264,6 +286,10 @@ def _pin(s: z3.Solver, b: Built) -> None:
         for a, busy in zip(row, lrow, strict=True):
             _prefer(s, z3.Not(busy))
             _smallest(s, a, E.HIT)  # HIT < HIT_PENDING < RETRY < MISS
+    for grp in cfg.tail_ans:
+        for row in grp:
+            for a in row:
+                _smallest(s, a, E.HIT)
     if s.check() != z3.sat:
         raise Undecided("pinned counterexample")
 
@@ -342,25 +368,29 @@ def check(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 300
 
 
 def witness(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 120_000,
-            scope: E.Scope = E.SCOPE) -> Witness:
+            scope: E.Scope = E.SCOPE, tail: bool = False) -> Witness:
     """A run the premises of a PROVED result admit, with a non-zero hit that restores a
     Mamba state (``proofs.witness`` for 0.33.0): the least such, replayed through
     model/ (same hit, a Mamba load). For maximality the premise is a valid hit
     (``E.valid_hit``) whose load restores a Mamba state; the model must agree it is
-    valid."""
+    valid. ``tail``: a partial-tail hit, in the templates with partial tails on (their
+    proofs are not vacuous either)."""
     sem = get_semantics(sem_name)
     t0 = time.monotonic()
     maximal = thm == "maximality"
     for template in TEMPLATES:
         kinds = template[0]
-        if E.MAMBA not in kinds:
+        if E.MAMBA not in kinds or (tail and not template[2]):
             continue
         b = build(sem, template, assumed, scope, maximal=maximal)
-        loaded = b.result.hit if b.candidate is None else b.candidate
-        loads = E.load_plan(b.enc, b.cfg, b.d, loaded)
+        if b.candidate is None:
+            loads = E.load_plan(b.enc, b.cfg, b.d, b.result.hit, b.result.tail,
+                                b.result.tail_q)
+        else:  # a valid hit is a complete-chunk hit
+            loads = E.load_plan(b.enc, b.cfg, b.d, b.candidate)
         mamba = kinds.index(E.MAMBA)
         goal = z3.And(E.finished(b.st), E.active(b.result), b.cfg.prefix_caching,
-                      loads[mamba].pending > 0)
+                      loads[mamba].pending > 0, b.result.tail if tail else z3.BoolVal(True))
         s = solver(b, goal, timeout_ms)
         if s.check() != z3.sat:
             continue
@@ -387,7 +417,8 @@ def witness(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 1
                 if lay is not None and ok else None
             mamba_load = plan is not None and any(
                 ld.blocks and ld.state_position is not None for ld in plan.loads)
-        if o.refused or o.hit_tokens != hit or not mamba_load:
+        if o.refused or o.hit_tokens != hit or not mamba_load or (
+                tail and o.tail_boundary is None):
             return Witness(False, time.monotonic() - t0, scen, hit, valid,
                            note=f"witness not reproduced by model/ (hit {o.hit_tokens}, "
                                 f"Z3 {hit}; valid hit {valid}; refused: {o.refused}): "

@@ -14,6 +14,7 @@ from typing import Any
 import z3
 
 from model import layout_v033
+from model.layout import Refused
 from model.lookup_v033 import HIT, HIT_PENDING, MISS, RETRY, answer
 from model.scenario import Scenario
 from model.semantics import get_semantics
@@ -23,21 +24,40 @@ _CODES = {HIT: 0, HIT_PENDING: 1, RETRY: 2, MISS: 3}
 MAX_PASSES = 64
 
 
+def tails_on(s: Scenario, scope: Any = None) -> bool:
+    """Whether ``s`` is in the encoding's partial-tail templates: full attention and one
+    Mamba group with partial tails on, at most ``Scope.hashes_per_block`` hash blocks per
+    block."""
+    scope = scope or encoding_module.SCOPE
+    if sorted(g.kind for g in s.groups) != ["full_attention", "mamba"]:
+        return False
+    try:
+        layout = layout_v033.resolve_layout(s)
+    except Refused:
+        return False
+    return (layout.supports_partial_tail
+            and layout.partial_tail_block_size <= scope.hashes_per_block
+            * layout.tokens_per_hash)
+
+
 def in_scope(s: Scenario) -> bool:
     """Whether ``s`` is a request the encoding covers: at most one group of each kind,
-    factor 1, no partial tails (``prefix_match_unit`` unset), a new request."""
+    factor 1, a new request; ``prefix_match_unit`` unset, or set with partial tails on
+    (``tails_on``); partial-tail answers only then."""
     kinds = [g.kind for g in s.groups]
+    tails = tails_on(s)
     return (all(kinds.count(k) <= 1 for k in set(kinds)) and s.block_size_factor == 1
-            and s.hash_block_size is None and s.output_tokens == 0
+            and (s.hash_block_size is None or tails) and s.output_tokens == 0
             and s.context_parallel_size == 1 and s.valid_hit is None
-            and not any(g.stored_tails or g.pending_tails or g.deferred_tails
-                        for g in s.groups))
+            and (tails or not any(g.stored_tails or g.pending_tails or g.deferred_tails
+                                  for g in s.groups)))
 
 
 @dataclass(frozen=True)
 class Encoded:
     hit: int | None  # None: deferred
     passes: int
+    tail: bool  # a partial-tail hit
     loads: dict[int, tuple[tuple[int, ...], int | None]]  # keys (end tokens), Mamba state
     violations: frozenset[str]
     order_holds: bool
@@ -56,7 +76,11 @@ def concrete(s: Scenario, mod: ModuleType = encoding_module) -> tuple[Any, Any, 
     layout = layout_v033.resolve_layout(s)
     tpcs = [c.tokens_per_chunk for c in layout.groups]
     n = max(s.prompt_tokens // t for t in tpcs)
-    scope = mod.Scope(chunks=max(1, n), max_bpc=layout.blocks_per_chunk, passes=1)
+    tails = tails_on(s)
+    tph = layout.tokens_per_hash
+    hpb = layout.partial_tail_block_size // tph if tails else 0
+    scope = mod.Scope(chunks=max(1, n), max_bpc=layout.blocks_per_chunk, passes=1,
+                      hashes_per_block=max(2, hpb))
     iv, bv = z3.IntVal, z3.BoolVal
     cfg = mod.Config33(
         kinds=tuple(g.kind for g in s.groups),
@@ -76,6 +100,11 @@ def concrete(s: Scenario, mod: ModuleType = encoding_module) -> tuple[Any, Any, 
                   for g, t in zip(s.groups, tpcs, strict=True)),
         loading=tuple(tuple(bv(i in g.being_loaded) for i in range(scope.chunks))
                       for g in s.groups),
+        tails=tails, tph=iv(tph if tails else 0), hpb=iv(hpb),
+        tail_ans=tuple(tuple(tuple(iv(_CODES[answer(g, c * t + k * tph, t)])
+                                   for k in range(1, scope.hashes_per_block))
+                             for c in range(scope.chunks + 1))
+                       for g, t in zip(s.groups, tpcs, strict=True)) if tails else (),
     )
     return scope, cfg, layout.lookup_groups
 
@@ -97,15 +126,18 @@ def encode_scenario(s: Scenario, mod: ModuleType = encoding_module) -> Encoded:
     deferred, hit = _val(r.deferred), _val(r.hit)
     loads: dict[int, tuple[tuple[int, ...], int | None]] = {}
     if not deferred and hit:
-        for g, ld in mod.load_plan(enc, cfg, d, r.hit).items():
+        for g, ld in mod.load_plan(enc, cfg, d, r.hit, r.tail, r.tail_q).items():
             lo, hi, tpc = _val(ld.lo), _val(ld.hi), _val(d.tpc[g])
             keys = tuple((c + 1) * tpc for c in range(lo, hi))
+            if _val(ld.tail_key):
+                keys += (int(_val(ld.tail_q * cfg.tph)),)
             state = _val(ld.state) if cfg.kinds[g] == mod.MAMBA and _val(ld.pending) else None
             loads[g] = (keys, state)
     violated = frozenset(name for name, f in mod.VIOLATIONS.items()
                          if _val(f(enc, cfg, d, r)))
-    return Encoded(None if deferred else int(hit), passes, loads, violated,
-                   bool(_val(d.order_holds)))
+    assert not _val(r.tail_left), "a partial-tail boundary is left past the scope's bound"
+    return Encoded(None if deferred else int(hit), passes, bool(_val(r.tail)), loads,
+                   violated, bool(_val(d.order_holds)))
 
 
 def valid_hits(s: Scenario, mod: ModuleType = encoding_module) -> frozenset[int]:

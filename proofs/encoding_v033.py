@@ -11,13 +11,20 @@ query is linear integer arithmetic and Z3 decides it.
 
 The store answers each chunk of each group with 0.33.0's ``LookupResult`` (``HIT``,
 ``HIT_PENDING``, ``RETRY``, ``MISS``: ``ans[g][i]``) and says whether it is being
-loaded (``loading[g][i]``). Partial tails are out of the scope: the encoded layouts
-leave ``prefix_match_unit`` unset, so the hash block is the gcd of the block sizes and
-0.33.0's start-up (``model.layout_v033.resolve_layout``) never enables them.
+loaded (``loading[g][i]``). Partial tails (``supports_partial_tail``, scheduler.py:274-292)
+are on in the templates built with ``tails=True``: full attention and one Mamba group in
+mode align of one block size, ``blocks_per_chunk`` 1, ``prefix_match_unit``
+(``tokens_per_hash``, symbolic) a ``hashes_per_block``-th of the block (2 to
+``Scope.hashes_per_block``); the store answers each partial-tail key, keyed by the hash
+at the token position where it ends, with ``tail_ans[g][c][k - 1]`` (the key ending at
+``c * block + k * tokens_per_hash``, ``0 < k < hashes_per_block``; one ending on a block
+edge is that chunk's key). In the other templates ``prefix_match_unit`` is unset, the
+hash block is the gcd of the block sizes and start-up never enables partial tails.
 
-The functions mirror ``model.lookup_v033`` (complete chunks) and ``model.load_v033``
-line for line and cite the same 0.33.0 lines of offloading/scheduler.py; a conformance
-test (``tests/test_conformance_v033.py``) pins the two together on concrete scenarios.
+The functions mirror ``model.lookup_v033`` (complete chunks, then the partial tail:
+``partial_tail_phase``, ``partial_tail_lookup``) and ``model.load_v033`` line for line
+and cite the same 0.33.0 lines of offloading/scheduler.py; a conformance test
+(``tests/test_conformance_v033.py``) pins the two together on concrete scenarios.
 """
 
 from __future__ import annotations
@@ -43,12 +50,24 @@ class Scope:
     chunks: int = 3  # complete chunks per group of a request (prompt // tokens_per_chunk)
     max_bpc: int = 2  # blocks_per_chunk
     passes: int = 4  # loop passes unrolled (proved enough: proofs.check_v033)
+    hashes_per_block: int = 4  # partial tails: block size / tokens_per_hash at most this
+
+    @property
+    def boundaries(self) -> int:
+        """Partial-tail boundaries tried at most: (num_search_blocks *
+        partial_tail_block_size) / tokens_per_hash, 2 search blocks with an EAGLE margin
+        (scheduler.py:1083; proved enough by ``termination``)."""
+        return 2 * self.hashes_per_block
 
     def words(self) -> str:
         return (f"layouts of up to 3 groups (at most one full-attention, one sliding-window "
                 f"and one Mamba group, in either order of the last two; EAGLE on any), "
                 f"blocks_per_chunk <= {self.max_bpc}, requests of at most {self.chunks} "
-                f"chunks per group, partial tails off (prefix_match_unit unset)")
+                f"chunks per group; partial tails on for full attention + Mamba align (either "
+                f"index order, one block size, blocks_per_chunk 1, prefix_match_unit = "
+                f"block size / h for 2 <= h <= {self.hashes_per_block}: at most "
+                f"{self.hashes_per_block} boundaries tried, {self.boundaries} with an EAGLE "
+                f"margin), off elsewhere (prefix_match_unit unset)")
 
 
 SCOPE = Scope()
@@ -74,10 +93,19 @@ class Config33:
     load_cap: z3.ArithRef  # kv_transfer_params["max_load_tokens"]
     ans: tuple[tuple[z3.ArithRef, ...], ...]  # per group, per chunk: the store's answer
     loading: tuple[tuple[z3.BoolRef, ...], ...]  # per group, per chunk: being loaded
+    # partial tails on (a template premise; the fields below are used only then)
+    tails: bool = False
+    tph: z3.ArithRef = z3.IntVal(0)  # tokens_per_hash (= prefix_match_unit)
+    hpb: z3.ArithRef = z3.IntVal(0)  # hashes per block: block size / tokens_per_hash
+    # per group, per block c (0..chunks), per k (1..hashes_per_block - 1): the store's
+    # answer for the partial-tail key ending at c * block + k * tokens_per_hash
+    tail_ans: tuple[tuple[tuple[z3.ArithRef, ...], ...], ...] = ()
 
 
-def symbolic_config(kinds: Sequence[str], scope: Scope = SCOPE, tag: str = "") -> Config33:
+def symbolic_config(kinds: Sequence[str], scope: Scope = SCOPE, tag: str = "",
+                    tails: bool = False) -> Config33:
     n = len(kinds)
+    H = scope.hashes_per_block
     return Config33(
         kinds=tuple(kinds),
         gpu=tuple(z3.Int(f"gpu_block_size{g}{tag}") for g in range(n)),
@@ -98,6 +126,12 @@ def symbolic_config(kinds: Sequence[str], scope: Scope = SCOPE, tag: str = "") -
                   for g in range(n)),
         loading=tuple(tuple(z3.Bool(f"being_loaded{g}_{i}{tag}") for i in range(scope.chunks))
                       for g in range(n)),
+        tails=tails,
+        tph=z3.Int(f"tokens_per_hash{tag}") if tails else z3.IntVal(0),
+        hpb=z3.Int(f"hashes_per_block{tag}") if tails else z3.IntVal(0),
+        tail_ans=tuple(tuple(tuple(z3.Int(f"tail_answer{g}_{c}_{k}{tag}")
+                                   for k in range(1, H)) for c in range(scope.chunks + 1))
+                       for g in range(n)) if tails else (),
     )
 
 
@@ -164,6 +198,12 @@ class Derived33:
     order: tuple[int, ...]  # _lookup_groups (scheduler.py:593)
     windowed: tuple[int, ...]  # _sliding_window_groups, largest window first (:588)
     order_holds: z3.BoolRef  # the sizes give this order (a premise of the query)
+    tails: bool = False  # supports_partial_tail (a premise of the template)
+    # _eagle_proof_margins (scheduler.py:610): an EAGLE group that is not Mamba align keys
+    # its partial tail one hash block past the boundary (eagle_proof_margin,
+    # kv_cache_utils.py:804: the alignment is tokens_per_hash here, finer than the block),
+    # in hash units
+    margin: tuple[z3.ArithRef, ...] = ()
 
 
 def lookup_order(kinds: Sequence[str], sw_first: bool = True) -> tuple[int, ...]:
@@ -213,8 +253,10 @@ def derive(enc: Enc33, cfg: Config33, order: tuple[int, ...] | None = None) -> D
         longer = w > tpc[sw[0]]  # cdiv(w, tokens_per_chunk) > 1
         holds = longer if order == lookup_order(cfg.kinds, True) else z3.Not(longer)
     windowed = tuple(g for g in order if cfg.kinds[g] != FA)
+    margin = tuple(z3.If(cfg.eagle[g], 1, 0) if cfg.tails and k != MAMBA
+                   else z3.IntVal(0) for g, k in enumerate(cfg.kinds))
     return Derived33(tpc, keys, tuple(win), start, align_on, align, bool(windowed),
-                     order, windowed, holds)
+                     order, windowed, holds, cfg.tails, margin)
 
 
 def startup(enc: Enc33, cfg: Config33) -> z3.BoolRef:
@@ -241,6 +283,26 @@ def startup(enc: Enc33, cfg: Config33) -> z3.BoolRef:
     # the scope: at most N chunks per group (tokens_per_chunk >= 1, keys clamped at N+1)
     d = derive(enc, cfg)
     c += [k <= N for k in d.keys]
+    if cfg.tails:
+        c.append(partial_tails_on(enc, cfg))
+    return z3.And(c)
+
+
+def partial_tails_on(enc: Enc33, cfg: Config33) -> z3.BoolRef:
+    """The layouts where start-up enables partial tails (model/layout_v033.py,
+    scheduler.py:274-292), as the tails templates have them: full attention and Mamba
+    groups only, Mamba in mode align (prefix caching on: kv_cache_utils.py:878 would
+    otherwise back the hash block off to the lcm), ``blocks_per_chunk`` 1, one block size
+    (scheduler.py:597: the partial-tail block size), ``prefix_match_unit`` dividing it
+    (kv_cache_utils.py:892) and finer than the Mamba block (scheduler.py:276);
+    ``hashes_per_block`` is bounded by the scope."""
+    H = enc.scope.hashes_per_block
+    assert set(cfg.kinds) <= {FA, MAMBA} and MAMBA in cfg.kinds and len(cfg.kinds) > 1
+    block = cfg.gpu[0]
+    c = [cfg.prefix_caching, cfg.bpc == 1, cfg.tph >= 1, 2 <= cfg.hpb, cfg.hpb <= H,
+         block == enc.times(cfg.hpb, cfg.tph, H)]
+    c += [x == block for x in cfg.gpu]
+    c += [z3.And(0 <= a, a <= 3) for grp in cfg.tail_ans for row in grp for a in row]
     return z3.And(c)
 
 
@@ -326,20 +388,24 @@ class State33:
     verified: tuple[z3.BoolRef, ...]  # eagle_verified
     next: z3.ArithRef  # lookup_groups for the next pass
     halted: z3.BoolRef  # returned 0
+    # partial tails on: lookup_hit_end_chunk_idx per group (scheduler.py:887, 957)
+    hit_end: tuple[z3.ArithRef, ...] = ()
 
 
 def select(c: z3.BoolRef, a: State33, b: State33) -> State33:
     return State33(z3.If(c, a.m, b.m), z3.If(c, a.num_hit, b.num_hit),
                    z3.If(c, a.defer, b.defer), z3.If(c, a.looked, b.looked),
                    tuple(z3.If(c, x, y) for x, y in zip(a.verified, b.verified, strict=True)),
-                   z3.If(c, a.next, b.next), z3.If(c, a.halted, b.halted))
+                   z3.If(c, a.next, b.next), z3.If(c, a.halted, b.halted),
+                   tuple(z3.If(c, x, y) for x, y in zip(a.hit_end, b.hit_end, strict=True)))
 
 
 def named(enc: Enc33, st: State33) -> State33:
     return State33(enc.name(st.m, "max_hit"), enc.name(st.num_hit, "num_hit"),
                    enc.name(st.defer, "defer"), enc.name(st.looked, "looked"),
                    tuple(enc.name(v, "verified") for v in st.verified),
-                   enc.name(st.next, "next"), enc.name(st.halted, "halted"))
+                   enc.name(st.next, "next"), enc.name(st.halted, "halted"),
+                   tuple(enc.name(v, "hit_end") for v in st.hit_end))
 
 
 def initial_state(enc: Enc33, cfg: Config33, d: Derived33, sem: Semantics) -> State33:
@@ -354,7 +420,8 @@ def initial_state(enc: Enc33, cfg: Config33, d: Derived33, sem: Semantics) -> St
     n = len(cfg.kinds)
     return State33(enc.name(m, "max_hit"), z3.IntVal(0), z3.BoolVal(False),
                    z3.BoolVal(False), tuple(z3.BoolVal(False) for _ in range(n)),
-                   z3.IntVal(NEXT_NONE), z3.BoolVal(False))
+                   z3.IntVal(NEXT_NONE), z3.BoolVal(False),
+                   tuple(z3.IntVal(0) for _ in range(n)) if d.tails else ())  # :887
 
 
 def group_step(enc: Enc33, cfg: Config33, d: Derived33, sem: Semantics, st: State33,
@@ -392,6 +459,10 @@ def group_step(enc: Enc33, cfg: Config33, d: Derived33, sem: Semantics, st: Stat
                                     initial + eagle_more)  # scheduler.py:972
     r = enc.name(r, "num_hit_chunks")
     deferred = enc.name(deferred, "deferred")
+    hit_end = list(st.hit_end)
+    if d.tails and window is None:  # scheduler.py:957: the chunks confirmed as ready
+        hit_end[g] = enc.name(z3.If(too_short, st.hit_end[g],
+                                    start + z3.If(deferred, 0, r)), "hit_end")
     no_hit = z3.And(z3.Not(deferred), r == 0)  # scheduler.py:978
     popped = z3.If(unverified, r - 1, r)  # scheduler.py:984: pop the volatile chunk
     verified = list(st.verified)
@@ -418,9 +489,9 @@ def group_step(enc: Enc33, cfg: Config33, d: Derived33, sem: Semantics, st: Stat
         looked=z3.Or(st.looked, z3.BoolVal(window is not None)),  # scheduler.py:1011
         verified=tuple(verified),
         next=z3.If(next_all, z3.IntVal(NEXT_ALL), z3.If(next_sw, z3.IntVal(NEXT_SW), nxt)),
-        halted=z3.BoolVal(False),
+        halted=z3.BoolVal(False), hit_end=tuple(hit_end),
     )
-    stop_st = replace(st, m=m, halted=z3.BoolVal(True))
+    stop_st = replace(st, m=m, halted=z3.BoolVal(True), hit_end=tuple(hit_end))
     res = select(z3.Or(too_short, no_hit, z3.And(z3.Not(deferred), shrank)), stop_st, after)
     return named(enc, select(st.halted, st, res))
 
@@ -457,6 +528,10 @@ def run_loop(enc: Enc33, cfg: Config33, d: Derived33, sem: Semantics,
 class Result33:
     deferred: z3.BoolRef  # the connector answers None
     hit: z3.ArithRef  # num_hit_tokens when not deferred
+    tail: z3.BoolRef = z3.BoolVal(False)  # a partial-tail hit (ends at its boundary)
+    # partial tails: a boundary is left past the scope's unrolled ones (termination)
+    tail_left: z3.BoolRef = z3.BoolVal(False)
+    tail_q: z3.ArithRef = z3.IntVal(0)  # the partial-tail boundary in hash units
 
 
 def result_of(enc: Enc33, cfg: Config33, d: Derived33, st: State33) -> Result33:
@@ -472,9 +547,141 @@ def result_of(enc: Enc33, cfg: Config33, d: Derived33, st: State33) -> Result33:
         busy.append(z3.Or([z3.And(lo <= i, i < hi, b) for i, b in enumerate(cfg.loading[g])]))
     converged = z3.Not(st.halted)
     deferred = z3.And(converged, z3.Or(st.defer, z3.And(cfg.prefix_caching, z3.Or(busy))))
+    tail: z3.BoolRef = z3.BoolVal(False)
+    left: z3.BoolRef = z3.BoolVal(False)
+    tail_q: z3.ArithRef = z3.IntVal(0)
+    if d.tails:  # scheduler.py:1075: the partial-tail phase runs unless deferred
+        pt = partial_tail_phase(enc, cfg, d, st, hit)
+        run = z3.Not(deferred)
+        tail = enc.name(z3.And(run, pt.found), "tail_hit")
+        left = z3.And(run, pt.left)
+        tail_q = pt.boundary
+        boundary = enc.times(pt.boundary, cfg.tph, (enc.scope.chunks + 1)
+                             * enc.scope.hashes_per_block)
+        hit = enc.name(z3.If(tail, boundary - cfg.computed, hit), "hit")  # :1146
+        # scheduler.py:1150: a key not ready yet defers a request with no complete hit
+        deferred = z3.Or(deferred, z3.And(run, z3.Not(pt.found), pt.pending, hit == 0))
     hit = z3.If(cfg.skip_reading, 0, hit)  # scheduler.py:1258
     deferred = z3.Or(z3.And(deferred, z3.Not(cfg.skip_reading)), cfg.in_flight)  # :1247
-    return Result33(enc.name(deferred, "deferred_result"), enc.name(hit, "hit_result"))
+    tail = z3.And(tail, z3.Not(cfg.skip_reading))
+    left = z3.And(left, z3.Not(cfg.skip_reading), z3.Not(cfg.in_flight))
+    return Result33(enc.name(deferred, "deferred_result"), enc.name(hit, "hit_result"),
+                    enc.name(tail, "tail_result"), left, tail_q)
+
+
+# --- the partial tail (scheduler.py:1068-1200; model.lookup_v033.lookup) --------------
+
+
+def key_answer(enc: Enc33, cfg: Config33, g: int, q: z3.ArithRef) -> z3.ArithRef:
+    """The store's answer for group ``g``'s key ending at token ``q * tokens_per_hash``
+    (``0 < q``, at most the prompt's hashes): ``make_offload_key`` of the hash there
+    (scheduler.py:1063), so a position on a block edge is that chunk's key. In hash units
+    (``q``) the block edges are multiples of ``hashes_per_block``: linear."""
+    N, H = enc.scope.chunks, enc.scope.hashes_per_block
+    out: z3.ArithRef = z3.IntVal(MISS)
+    for c in range(N + 1):
+        for k in range(H):
+            if k == 0:
+                if c == 0:
+                    continue
+                a, at = cfg.ans[g][c - 1], q == c * cfg.hpb
+            else:
+                a, at = cfg.tail_ans[g][c][k - 1], z3.And(q == c * cfg.hpb + k, k < cfg.hpb)
+            out = z3.If(at, a, out)
+    return enc.name(out, f"key_answer{g}")
+
+
+def _pick(row: Sequence[z3.ExprRef], i: z3.ArithRef, default: z3.ExprRef) -> z3.ExprRef:
+    out = default
+    for k, x in enumerate(row):
+        out = z3.If(i == k, x, out)
+    return out
+
+
+def partial_tail_lookup(enc: Enc33, cfg: Config33, d: Derived33, boundary: z3.ArithRef,
+                        bridge_pending: z3.BoolRef) -> tuple[z3.BoolRef, z3.BoolRef]:
+    """``_lookup_partial_tail`` (scheduler.py:1160) at ``boundary`` (in hash units):
+    every group's boundary key, in index order; a miss stops at once. Returns (hit,
+    pending)."""
+    pending = bridge_pending
+    missed: z3.BoolRef = z3.BoolVal(False)
+    for g in range(len(cfg.kinds)):
+        a = key_answer(enc, cfg, g, boundary + d.margin[g])  # scheduler.py:1158
+        act = z3.Not(missed)
+        miss = z3.And(act, a == MISS)  # scheduler.py:1184
+        pending = z3.Or(pending, z3.And(act, z3.Not(miss), a != HIT))  # scheduler.py:1186
+        missed = z3.Or(missed, miss)
+    pending = enc.name(pending, "tail_pending")
+    return enc.name(z3.And(z3.Not(missed), z3.Not(pending)), "tail_ready"), pending  # :1189
+
+
+@dataclass(frozen=True)
+class Tail33:
+    found: z3.BoolRef  # a boundary's keys were all ready
+    boundary: z3.ArithRef  # the boundary chosen (when found), in hash units
+    pending: z3.BoolRef  # some key looked up was not ready yet
+    left: z3.BoolRef  # a boundary past the unrolled ones was left untried
+
+
+def partial_tail_phase(enc: Enc33, cfg: Config33, d: Derived33, st: State33,
+                       complete_hit: z3.ArithRef) -> Tail33:
+    """``_lookup`` after the complete chunks (scheduler.py:1077-1153), as
+    ``model.lookup_v033.lookup`` takes it; ``complete_hit`` is not a deferral. Every
+    boundary is a multiple of tokens_per_hash: the search runs in hash units (``_q``: a
+    token count divided by tokens_per_hash, rounded down), so a boundary ``b`` is
+    ``b_q * tokens_per_hash`` and ``b > x`` is ``b_q > x_q``."""
+    N, H = enc.scope.chunks, enc.scope.hashes_per_block
+    tph, ptbs = cfg.tph, cfg.gpu[0]  # scheduler.py:597: one block per chunk, one size
+    hi = (N + 1) * H  # prompt < (N + 1) * block: every position below hi hash blocks
+    local = cfg.computed
+    complete_boundary = enc.name(local + complete_hit, "complete_boundary")  # :1079
+    complete_q = enc.name(enc.floordiv(complete_boundary, tph, hi, 0), "complete_q")
+    margin_on = z3.Or([z3.BoolVal(False)] + [m > 0 for m in d.margin])
+    margin = z3.If(margin_on, tph, 0)  # _max_eagle_proof_margin (one hash block)
+    search = z3.If(margin_on, 2 * ptbs, ptbs)  # scheduler.py:1083: num_search_blocks
+    block_end = complete_boundary + search
+    mb = zmin(cfg.prompt - 1, block_end - 1)  # scheduler.py:1087
+    # scheduler.py:1088: the proof key needs a hash of this request past the boundary
+    hashed = enc.round_down(cfg.prompt, tph, hi)
+    mb = z3.If(margin_on, zmin(mb, hashed - margin), mb)
+    mb = z3.If(cfg.has_new_cap, zmin(mb, local + cfg.new_cap), mb)  # scheduler.py:1095
+    mb = z3.If(cfg.has_load_cap, zmin(mb, local + cfg.load_cap), mb)  # scheduler.py:1097
+    mb_q = enc.name(enc.floordiv(mb, tph, hi, -1), "max_boundary_q")  # scheduler.py:1102
+    go = mb_q > complete_q  # scheduler.py:1103
+    # scheduler.py:1111: the bridge chunk (block) and its end, in hash units
+    bridge_idx = enc.name(enc.floordiv(complete_q, cfg.hpb, N, 0), "bridge_chunk")
+    bridge_q = enc.name(enc.times(bridge_idx + 1, cfg.hpb, N + 1), "bridge_boundary_q")
+    pending: z3.BoolRef = z3.BoolVal(False)
+    missed: z3.BoolRef = z3.BoolVal(False)
+    check = z3.And(go, mb_q >= bridge_q)  # scheduler.py:1116: loads the bridge too
+    for g, kind in enumerate(cfg.kinds):
+        if kind == MAMBA:  # scheduler.py:1120: Mamba align reads a CoW copy
+            continue
+        busy = _pick(cfg.loading[g], bridge_idx, z3.BoolVal(False))  # scheduler.py:1123
+        pending = z3.Or(pending, z3.And(check, cfg.prefix_caching, busy))
+        unconfirmed = z3.And(check, st.hit_end[g] <= bridge_idx)  # scheduler.py:1125
+        a = _pick(cfg.ans[g], bridge_idx, z3.IntVal(MISS))  # scheduler.py:1128
+        act = z3.And(unconfirmed, z3.Not(missed))
+        miss = z3.And(act, a == MISS)  # scheduler.py:1129
+        pending = z3.Or(pending, z3.And(act, z3.Not(miss), a != HIT))  # scheduler.py:1132
+        missed = z3.Or(missed, miss)
+    mb_q = enc.name(z3.If(missed, bridge_q - 1, mb_q), "max_boundary_q")
+    bridge_pending = enc.name(pending, "bridge_pending")
+    pending = bridge_pending
+    found: z3.BoolRef = z3.BoolVal(False)
+    boundary: z3.ArithRef = z3.IntVal(0)
+    for j in range(enc.scope.boundaries):  # scheduler.py:1134: down by tokens_per_hash
+        b = mb_q - j
+        act = z3.And(go, z3.Not(found), b > complete_q)
+        loads_bridge = b >= bridge_q
+        hit, b_pending = partial_tail_lookup(enc, cfg, d, b,
+                                             z3.And(loads_bridge, bridge_pending))
+        here = z3.And(act, hit)  # scheduler.py:1139
+        boundary = enc.name(z3.If(here, b, boundary), "tail_boundary_q")
+        pending = enc.name(z3.Or(pending, z3.And(act, b_pending)), "pending")
+        found = enc.name(z3.Or(found, here), "tail_found")
+    left = z3.And(go, z3.Not(found), mb_q - enc.scope.boundaries > complete_q)
+    return Tail33(found, boundary, pending, left)
 
 
 # --- the load (update_state_after_alloc, scheduler.py:1351; model/load_v033.py) --------
@@ -486,10 +693,17 @@ class Load33:
     hi: z3.ArithRef  # one past the last
     pending: z3.ArithRef  # GPU blocks to fill
     state: z3.ArithRef  # Mamba groups: the restored state's token position
+    tail_key: z3.BoolRef = z3.BoolVal(False)  # the partial-tail key is loaded too
+    tail_q: z3.ArithRef = z3.IntVal(0)  # where that key ends, in hash units
 
 
-def load_plan(enc: Enc33, cfg: Config33, d: Derived33, hit: z3.ArithRef
+def load_plan(enc: Enc33, cfg: Config33, d: Derived33, hit: z3.ArithRef,
+              tail: z3.BoolRef | None = None, tail_q: z3.ArithRef | None = None
               ) -> dict[int, Load33]:
+    """``tail``: the hit is a partial-tail hit, ending at its boundary ``tail_q`` (in hash
+    units; scheduler.py:1377 asserts it is where the hit ends)."""
+    tail = z3.BoolVal(False) if tail is None else tail
+    tail_q = z3.IntVal(0) if tail_q is None else tail_q
     N, B = enc.scope.chunks, enc.scope.max_bpc
     end = cfg.computed + hit
     out = {}
@@ -515,9 +729,19 @@ def load_plan(enc: Enc33, cfg: Config33, d: Derived33, hit: z3.ArithRef
                               for b in range(1, B + 1)])  # scheduler.py:1425
         num_chunks = enc.cdiv(end, d.tpc[g], N + 2)  # scheduler.py:1423
         has = z3.And(hit > 0, pending > 0)
-        out[g] = Load33(enc.name(z3.If(has, start_chunk, num_chunks), "load_lo"),
-                        enc.name(num_chunks, "load_hi"), enc.name(pending, "pending"),
-                        enc.name(enc.times(num_gpu_blocks, tpb, hi_blocks), "state"))
+        if not d.tails:
+            out[g] = Load33(enc.name(z3.If(has, start_chunk, num_chunks), "load_lo"),
+                            enc.name(num_chunks, "load_hi"), enc.name(pending, "pending"),
+                            enc.name(enc.times(num_gpu_blocks, tpb, hi_blocks), "state"))
+            continue
+        end_chunk = z3.If(tail, num_chunks - 1, num_chunks)  # scheduler.py:1428
+        # scheduler.py:1431: the partial-tail key; a Mamba group restores the CoW copy
+        # stored at the boundary (scheduler.py:1626), else the state of its last block
+        state = z3.If(tail, end, enc.times(num_gpu_blocks, tpb, hi_blocks))
+        out[g] = Load33(enc.name(z3.If(has, start_chunk, end_chunk), "load_lo"),
+                        enc.name(end_chunk, "load_hi"), enc.name(pending, "pending"),
+                        enc.name(state, "state"), enc.name(z3.And(has, tail), "tail_key"),
+                        enc.name(tail_q + d.margin[g], "tail_q"))
     return out
 
 
@@ -536,7 +760,7 @@ def active(r: Result33) -> z3.BoolRef:
 
 def violates_no_partial_state(enc: Enc33, cfg: Config33, d: Derived33, r: Result33
                               ) -> z3.BoolRef:
-    loads = load_plan(enc, cfg, d, r.hit)
+    loads = load_plan(enc, cfg, d, r.hit, r.tail, r.tail_q)
     end = cfg.computed + r.hit
     bad = [z3.And(cfg.prefix_caching,  # mode align: the hit restores a saved state
                   loads[g].pending > 0, loads[g].state != end)
@@ -546,11 +770,13 @@ def violates_no_partial_state(enc: Enc33, cfg: Config33, d: Derived33, r: Result
 
 def violates_loads_stored_only(enc: Enc33, cfg: Config33, d: Derived33, r: Result33
                                ) -> z3.BoolRef:
-    loads = load_plan(enc, cfg, d, r.hit)
+    loads = load_plan(enc, cfg, d, r.hit, r.tail, r.tail_q)
     bad = []
     for g, ld in loads.items():
         for i in range(enc.scope.chunks + 1):
             bad.append(z3.And(ld.lo <= i, i < ld.hi, z3.Not(is_hit(cfg, g, z3.IntVal(i)))))
+        if d.tails:  # the partial-tail key: ready means HIT, like a chunk
+            bad.append(z3.And(ld.tail_key, key_answer(enc, cfg, g, ld.tail_q) != HIT))
     return z3.And(active(r), z3.Or(bad))
 
 
@@ -563,7 +789,8 @@ def violates_leaves_last_token(enc: Enc33, cfg: Config33, d: Derived33, r: Resul
 
 def violates_whole_blocks(enc: Enc33, cfg: Config33, d: Derived33, r: Result33
                           ) -> z3.BoolRef:
-    return z3.And(active(r), z3.Or([r.hit < t for t in d.tpc]))
+    # a partial-tail hit ends inside a block by design (model/invariants.py)
+    return z3.And(active(r), z3.Not(r.tail), z3.Or([r.hit < t for t in d.tpc]))
 
 
 VIOLATIONS = {

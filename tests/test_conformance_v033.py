@@ -22,7 +22,7 @@ from model import lookup_v033
 from model.evaluate import evaluate
 from model.scenario import Scenario, parse_scenario
 from proofs import encoding_v033
-from proofs.conformance_v033 import encode_scenario, in_scope
+from proofs.conformance_v033 import encode_scenario, in_scope, tails_on
 
 SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun")
 KINDS = (("full_attention",), ("mamba",), ("sliding_window",),
@@ -96,6 +96,66 @@ def scenario_dict(rng: random.Random, semantics: str) -> dict[str, Any]:
     return out
 
 
+def tail_scenario_dict(rng: random.Random, semantics: str) -> dict[str, Any]:
+    """A request with partial tails on (full attention + Mamba align of one block size,
+    ``prefix_match_unit`` a 2nd to 4th of it), biased to reach a partial-tail hit: most
+    chunks and tail keys stored, some pending or deferred, EAGLE on the attention group
+    (the proof margin), GPU hits, caps."""
+    kinds = rng.choice((("full_attention", "mamba"), ("mamba", "full_attention")))
+    tph = rng.choice((1, 1, 2, 3))
+    hpb = rng.choice((2, 3, 4))
+    block = tph * hpb
+    prompt = rng.randint(1, 4 * block)
+    computed = 0
+    if prompt > block and rng.random() < 0.3:
+        computed = block * rng.randint(0, (prompt - 1) // block)
+    n = prompt // block
+    ends = [p for p in range(tph, prompt + 1, tph) if p % block]
+    groups = []
+    for kind in kinds:
+        g: dict[str, Any] = {"kind": kind, "gpu_block_size": block,
+                             "stored": _some(rng, n, rng.choice((0.7, 0.9, 1.0)))}
+        if kind == "mamba":
+            g["mamba_cache_mode"] = "align"
+        if rng.random() < (0.4 if kind == "full_attention" else 0.1):
+            g["eagle"] = True
+        tails = _some(rng, len(ends), rng.choice((0.5, 0.8, 1.0)))
+        if tails:
+            g["stored_tails"] = [ends[i] for i in tails]
+        for name, p in (("pending_tails", 0.15), ("deferred_tails", 0.1)):
+            if rng.random() < 0.3:
+                picked = [ends[i] for i in _some(rng, len(ends), p)]
+                if picked:
+                    g[name] = picked
+        for name, p in (("pending", 0.1), ("deferred", 0.05), ("being_loaded", 0.1)):
+            if rng.random() < 0.2:
+                picked = _some(rng, n, p)
+                if picked:
+                    g[name] = picked
+        groups.append(g)
+    out: dict[str, Any] = {"semantics": semantics, "block_size_factor": 1,
+                           "prompt_tokens": prompt, "num_computed_tokens": computed,
+                           "hash_block_size": tph, "groups": groups}
+    if rng.random() < 0.05:
+        out["skip_reading_prefix_cache"] = True
+        out["num_computed_tokens"] = 0
+    if rng.random() < 0.15:
+        out["max_num_new_tokens"] = rng.randint(0, prompt)
+    if rng.random() < 0.15:
+        out["max_load_tokens"] = rng.randint(0, prompt)
+    return out
+
+
+def tail_scenarios(count: int, seed: int = 0) -> list[Scenario]:
+    rng = random.Random(seed)
+    out = []
+    while len(out) < count:
+        s = parse_scenario(tail_scenario_dict(rng, SEMANTICS[len(out) % len(SEMANTICS)]))
+        if tails_on(s) and in_scope(s) and evaluate(s).refused is None:
+            out.append(s)
+    return out
+
+
 def scenarios(count: int, seed: int = 0) -> list[Scenario]:
     rng = random.Random(seed)
     out = []
@@ -113,6 +173,8 @@ def conforms(s: Scenario, mod: ModuleType = encoding_v033,
     e = encode_scenario(s, mod)
     assert e.order_holds, "lookup order: the encoding's order premise refuses the model's"
     assert e.hit == o.hit_tokens, f"hit: encoding {e.hit} vs model {o.hit_tokens}"
+    assert e.tail == (o.tail_boundary is not None), (
+        f"partial tail: encoding {e.tail} vs model boundary {o.tail_boundary}")
     if o.hit_tokens:
         model_loads = {ld.group: (tuple(ld.blocks), ld.state_position) for ld in o.loads}
         assert e.loads == model_loads, f"load: encoding {e.loads} vs model {model_loads}"
@@ -126,6 +188,14 @@ def conforms(s: Scenario, mod: ModuleType = encoding_v033,
         seen["3+ passes"] += o.lookup.passes >= 3
         seen["caps"] += s.max_num_new_tokens is not None or s.max_load_tokens is not None
         seen["violation"] += bool(o.violations)
+        seen["tail hit"] += o.tail_boundary is not None
+        seen["tail hit, EAGLE margin"] += (o.tail_boundary is not None
+                                           and any(g.eagle for g in s.groups))
+        seen["tail hit past a bridge"] += (o.tail_boundary is not None
+                                           and o.tail_boundary % s.groups[0].gpu_block_size
+                                           != 0 and any(len(ld.blocks) > 1
+                                                        for ld in o.loads))
+        seen["tail pending"] += "partial-tail key is not ready" in o.lookup.reason
 
 
 EXAMPLES = 60  # the default suite: a few seconds
@@ -160,6 +230,35 @@ WITNESSES: dict[str, dict[str, Any]] = {
                     "stored": [0, 2, 3], "eagle": True},
                    {"kind": "mamba", "gpu_block_size": 1, "mamba_cache_mode": "none",
                     "stored": [0, 1, 3]}]},
+    # partial tails on (prefix_match_unit = hash_block_size below the block size)
+    "tail-bridge-miss": {  # the bridge chunk 0 misses: boundaries stop below token 2
+        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 3,
+        "num_computed_tokens": 0, "hash_block_size": 1,
+        "groups": [{"kind": "full_attention", "gpu_block_size": 2, "stored": [],
+                    "eagle": True, "stored_tails": [1, 3]},
+                   {"kind": "mamba", "gpu_block_size": 2, "mamba_cache_mode": "align",
+                    "stored": [0], "stored_tails": [1, 3]}]},
+    "tail-eagle-margin": {  # boundary 1: the EAGLE group's key ends at 2 (chunk 0)
+        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 2,
+        "num_computed_tokens": 0, "hash_block_size": 1,
+        "groups": [{"kind": "full_attention", "gpu_block_size": 2, "stored": [0],
+                    "eagle": True},
+                   {"kind": "mamba", "gpu_block_size": 2, "mamba_cache_mode": "align",
+                    "stored": [0], "stored_tails": [1]}]},
+    "tail-pending-defer": {  # no complete hit, a partial-tail key not ready: deferred
+        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 2,
+        "num_computed_tokens": 0, "hash_block_size": 1,
+        "groups": [{"kind": "full_attention", "gpu_block_size": 2, "stored": [0],
+                    "eagle": True},
+                   {"kind": "mamba", "gpu_block_size": 2, "mamba_cache_mode": "align",
+                    "stored": [0], "deferred_tails": [1]}]},
+    "tail-proof-hash": {  # the EAGLE proof key needs a hash: boundary 2, not 4 (key 6)
+        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 5,
+        "num_computed_tokens": 0, "hash_block_size": 2,
+        "groups": [{"kind": "mamba", "gpu_block_size": 4, "mamba_cache_mode": "align",
+                    "stored": [0], "pending": [0]},
+                   {"kind": "full_attention", "gpu_block_size": 4, "stored": [0],
+                    "eagle": True}]},
     "finding-001": {  # no-partial-state's counterexample: the Mamba state at 4, hit 3
         "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 5,
         "num_computed_tokens": 0,
@@ -180,6 +279,34 @@ def _run(count: int, least: int, seed: int = 0) -> Counter[str]:
 
 def test_encoding_v033_conforms_to_model() -> None:
     _run(EXAMPLES, 2)
+
+
+TAIL_EXAMPLES = 24  # the default suite: about 2 s
+TAIL_MANY = 1000  # -m conformance (.ci/run)
+
+
+def _run_tails(count: int, least: int, seed: int = 0) -> Counter[str]:
+    """Partial tails on: forced partial-tail hits (most tail keys stored), with the EAGLE
+    proof margin, past a bridge chunk, and deferrals by a key not ready."""
+    seen: Counter[str] = Counter()
+    for s in tail_scenarios(count, seed):
+        conforms(s, seen=seen)
+    for what in ("tail hit", "tail hit, EAGLE margin", "tail hit past a bridge",
+                 "deferred", "EAGLE pop"):
+        assert seen[what] >= least, f"{what}: only {seen[what]} of {seen['examples']}: {seen}"
+    return seen
+
+
+def test_encoding_v033_conforms_with_partial_tails() -> None:
+    _run_tails(TAIL_EXAMPLES, 2)
+
+
+@pytest.mark.conformance
+@pytest.mark.timeout(1200)
+def test_encoding_v033_conforms_with_partial_tails_many() -> None:
+    seen = _run_tails(TAIL_MANY, 20, seed=1)
+    assert seen["tail pending"] >= 10 and seen["caps"] >= 20, seen
+    print(dict(seen))
 
 
 @pytest.mark.parametrize("name", sorted(WITNESSES))
@@ -215,6 +342,19 @@ ENCODING_SABOTAGES = {
         "m = z3.If(cfg.has_load_cap, enc.round_down(m, tpc, N + 1), m)", ""),
     # scheduler.py:1000: a non-EAGLE group's tightening clears eagle_verified
     "eagle-verified-clear": ("verified = [z3.And(v, z3.Not(clear)) for v in verified]", ""),
+    # scheduler.py:1129: a missing bridge chunk lowers max_boundary below the bridge
+    "tail-bridge-miss": (
+        'mb_q = enc.name(z3.If(missed, bridge_q - 1, mb_q), "max_boundary_q")', ""),
+    # scheduler.py:1158: an EAGLE group's partial-tail key lies one proof margin past
+    "tail-eagle-margin": (
+        "a = key_answer(enc, cfg, g, boundary + d.margin[g])",
+        "a = key_answer(enc, cfg, g, boundary)"),
+    # scheduler.py:1150: a key not ready yet defers a request with no complete hit
+    "tail-pending-defer": (
+        "deferred = z3.Or(deferred, z3.And(run, z3.Not(pt.found), pt.pending, hit == 0))",
+        ""),
+    # scheduler.py:1088: with an EAGLE margin the boundary leaves a hash for the proof key
+    "tail-proof-hash": ("mb = z3.If(margin_on, zmin(mb, hashed - margin), mb)", ""),
 }
 
 
@@ -235,9 +375,9 @@ def sabotaged(name: str) -> ModuleType:
     return mod
 
 
-def _caught(mod: ModuleType, count: int) -> bool:
+def _caught(mod: ModuleType, count: int, tails: bool = False) -> bool:
     try:
-        for s in scenarios(count, seed=1):
+        for s in (tail_scenarios if tails else scenarios)(count, seed=1):
             conforms(s, mod)
     except AssertionError:
         return True
@@ -256,6 +396,13 @@ def test_sabotaged_encoding_v033_fails_conformance(name: str) -> None:
 @pytest.mark.parametrize("name", ["eagle-pop", "mamba-round-down", "load-cap-align"])
 def test_generator_catches_v033_sabotage(name: str) -> None:
     assert _caught(sabotaged(name), 1500)
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("name", ["tail-bridge-miss", "tail-eagle-margin",
+                                  "tail-pending-defer"])
+def test_generator_catches_v033_tail_sabotage(name: str) -> None:
+    assert _caught(sabotaged(name), 1500, tails=True)
 
 
 def test_sabotaged_model_v033_fails_conformance(monkeypatch: pytest.MonkeyPatch) -> None:

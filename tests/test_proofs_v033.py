@@ -71,3 +71,12 @@ def test_vacuous_valid_hit_leaves_maximality_without_a_witness(
                             ).status == "PROVED"
     w = check_v033.witness("maximality", "vllm-0.33.0", ("no-eagle", "caps-reach-prompt"))
     assert not w.found and "vacuous" in w.note
+
+
+@pytest.mark.slow
+def test_partial_tail_templates_admit_a_partial_tail_hit() -> None:
+    """The templates with partial tails on are not vacuous: a partial-tail hit that
+    restores the Mamba state at its boundary, replayed through model/."""
+    w = check_v033.witness("no-partial-state", "vllm-0.33.0", (), tail=True)
+    assert w.found and w.hit > 0 and w.scenario is not None, w.note
+    assert w.scenario["hash_block_size"] < w.scenario["groups"][0]["gpu_block_size"]
