@@ -133,7 +133,8 @@ def main() -> int:
               f"(target {TARGET_MAIN_S:.0f}s, ratio {alone.wall / TARGET_MAIN_S:.1f}); "
               f"in the full run: {in_full_s}", flush=True)
         print(f"  full python -m proofs:  {_fmt(full)} (target {TARGET_TOTAL_S:.0f}s, "
-              f"ratio {full.wall / TARGET_TOTAL_S:.1f})", flush=True)
+              f"ratio {full.wall / TARGET_TOTAL_S:.1f}); load average after: "
+              f"{os.getloadavg()[0]:.1f}", flush=True)
         results.append((label, alone, full, in_full_s))
     if len(results) > 1:  # side by side
         print(f"\n{'':34}" + "".join(f"{label:>24}" for label, *_ in results)

@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         tmp = staging(out)
         rows = run_all(args.theorem, args.semantics, args.timeout, not args.no_necessity,
                        args.jobs)
-        write_report(rows, tmp)
+        write_report(rows, tmp, args.jobs)
         if full:
-            write_spec(tmp, collect_facts())  # the reviewers' spec and its pages
+            write_spec(tmp, collect_facts(), args.jobs)  # the reviewers' spec, its pages
         bad = [r for r in rows if not r.matches]
         verdict = (f"{'FAIL' if bad else 'PASS'}: {len(rows) - len(bad)} of {len(rows)} "
                    f"results match their expectation ({scope})")

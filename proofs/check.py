@@ -72,8 +72,19 @@ class Verdict:
     scope: str | None = None
 
 
+# simplify, propagate the values, eliminate the variables the equations define (the
+# helper quotients, the fixed sizes), then the SMT core: measured 3.6 times faster than
+# z3.Solver()'s default on the layered proof's queries (25.8 s -> 7.1 s CPU over the 24
+# old pairs, every answer the same) and 1.8 times on the counterexample search's
+SOLVER = ("simplify", "propagate-values", "solve-eqs", "smt")
+
+
+def new_solver() -> z3.Solver:
+    return z3.Then(*SOLVER).solver()
+
+
 def _solve(cons: Sequence[z3.BoolRef], timeout_ms: int) -> tuple[z3.CheckSatResult, z3.Solver]:
-    s = z3.Solver()
+    s = new_solver()
     s.set("timeout", max(1, timeout_ms))
     s.add(*cons)
     return s.check(), s
@@ -210,6 +221,23 @@ def _keys(thm: Theorem, sem: Semantics, assumed: Sequence[str], name: str
     return key, [key]
 
 
+# answers to proof queries in this process, by the query's terms (hash-consed: the same
+# assertions in the same order have the same ids while they live, and the entry keeps
+# them alive): another semantics or theorem often asks the very same query. Only sat and
+# unsat are kept; an unknown depends on the time left.
+_ANSWERS: dict[tuple[int, ...], tuple[list[z3.BoolRef], z3.CheckSatResult]] = {}
+
+
+def _answer(query: list[z3.BoolRef], timeout_ms: int) -> z3.CheckSatResult:
+    key = tuple(a.get_id() for a in query)
+    if key in _ANSWERS:
+        return _ANSWERS[key][1]
+    res, _ = _solve(query, timeout_ms)
+    if res != z3.unknown:
+        _ANSWERS[key] = (query, res)
+    return res
+
+
 def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
           ) -> tuple[str, str]:
     """('PROVED' | 'FAILED' | 'UNKNOWN', which obligation) for ``thm`` under ``assumed``."""
@@ -228,7 +256,7 @@ def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
             left = int((deadline - time.monotonic()) * 1000)
             if left <= 0:
                 break
-            res, _ = _solve(build(rich), left if budget is None else min(left, budget))
+            res = _answer(build(rich), left if budget is None else min(left, budget))
             if res == z3.unsat or (rich and res == z3.sat):
                 break  # rich grounding has every instance plain has: its sat stands
         if res == z3.sat:
@@ -262,6 +290,39 @@ def size_space(max_block: int = 3, max_factor: int = 3,
     return sorted(out, key=lambda s: (sum(s[0]) * s[1], s[1], s[0]))
 
 
+@dataclass(frozen=True)
+class _Unrolled:
+    """A bmc query without its layout: the problem, its premises, the violation asked
+    for at the unrolled loop's end, and the helpers' constraints."""
+
+    p: Problem
+    premises: tuple[z3.BoolRef, ...]
+    query: tuple[z3.BoolRef, ...]
+    cons: tuple[z3.BoolRef, ...]
+
+
+# unrolled queries built in this process, by (theorem, semantics, assumed, passes, bound,
+# kinds): the counterexample search asks the same unrolling for many layouts and prompt
+# bounds, and building it through the z3 API costs more than most of its solver calls
+_UNROLLED: dict[tuple[object, ...], _Unrolled] = {}
+
+
+def _unrolled(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: int, bound: int,
+              kinds: Sequence[str]) -> _Unrolled:
+    # with the functions that write the premises (a test or mutant may replace them)
+    key = (thm.name, sem.name, tuple(assumed), passes, bound, tuple(kinds), valid_hit,
+           precondition_formula, thm.violation)
+    if key not in _UNROLLED:
+        p = _problem(thm, sem, assumed, bound, kinds)
+        d = p.d
+        st = run_pass(p.enc, p.cfg, d, p.init, d.order)
+        for _ in range(passes - 1):
+            st = select(finished(st), st, next_pass(p.enc, p.cfg, d, st))
+        query = (finished(st), _violation(thm, p, st))
+        _UNROLLED[key] = _Unrolled(p, tuple(p.premises), query, tuple(p.enc.cons))
+    return _UNROLLED[key]
+
+
 def bmc(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int,
         passes: int = BMC_PASSES, bound: int = BMC_BLOCKS, sizes: Sizes | None = None,
         extra: Callable[[Config], list[z3.BoolRef]] | None = None,
@@ -270,18 +331,15 @@ def bmc(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int,
     """Exact unrolling of up to ``passes`` passes (at most ``bound`` offloaded blocks per
     group; with ``sizes`` the block sizes are fixed, which keeps the arithmetic linear),
     asking for a violation."""
-    p = _problem(thm, sem, assumed, bound, kinds)
+    u = _unrolled(thm, sem, assumed, passes, bound, kinds)
+    p = u.p
+    premises = list(u.premises)
     if sizes is not None:
-        p.premises += [b == v for b, v in zip(p.cfg.gpu, sizes[0], strict=True)]
-        p.premises.append(p.cfg.factor == sizes[1])
+        premises += [b == v for b, v in zip(p.cfg.gpu, sizes[0], strict=True)]
+        premises.append(p.cfg.factor == sizes[1])
     if extra is not None:
-        p.premises += extra(p.cfg)
-    d = p.d
-    st = run_pass(p.enc, p.cfg, d, p.init, d.order)
-    for _ in range(passes - 1):
-        st = select(finished(st), st, next_pass(p.enc, p.cfg, d, st))
-    query = [finished(st), _violation(thm, p, st)]
-    res, solver = _solve(p.premises + query + p.enc.cons, timeout_ms)
+        premises += extra(p.cfg)
+    res, solver = _solve([*premises, *u.query, *u.cons], timeout_ms)
     return res, p, (solver if res == z3.sat else None)
 
 
@@ -359,32 +417,50 @@ class _Undecided(Exception):
 PIN_MS = 20_000
 
 
-def _check(solver: z3.Solver, extra: z3.BoolRef) -> bool:
+def _check(solver: z3.Solver, extra: z3.BoolRef) -> z3.ModelRef | None:
+    """A model of the solver's assertions and ``extra``, or None if there is none."""
     solver.push()
     solver.add(extra)
     solver.set("timeout", PIN_MS)
     res = solver.check()
+    m = solver.model() if res == z3.sat else None
     solver.pop()
     if res == z3.unknown:
         raise _Undecided(str(extra))
-    return bool(res == z3.sat)
+    return m
 
 
-def _smallest(solver: z3.Solver, x: z3.ArithRef, lo: int) -> None:
-    """Pin ``x`` to its smallest value (>= lo) that keeps a counterexample."""
-    assert solver.check() == z3.sat
-    hi = _int(solver.model(), x)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _check(solver, x <= mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    solver.add(x == hi)
+class _Pinner:
+    """Pins fields of a counterexample one by one, keeping a model of everything pinned
+    so far: a preference the model already meets needs no solver call (the model shows
+    it satisfiable), and a query that fails leaves the model a model of its negation.
+    The values pinned depend only on which queries are satisfiable, not on the models
+    Z3 happens to return."""
 
+    def __init__(self, solver: z3.Solver) -> None:
+        self.solver = solver  # its last check was sat (bmc returns it only then)
+        self.model = solver.model()
 
-def _prefer(solver: z3.Solver, b: z3.BoolRef) -> None:
-    solver.add(b if _check(solver, b) else z3.Not(b))
+    def smallest(self, x: z3.ArithRef, lo: int) -> None:
+        """Pin ``x`` to its smallest value (>= lo) that keeps a counterexample."""
+        hi = _int(self.model, x)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            m = _check(self.solver, x <= mid)
+            if m is not None:
+                self.model, hi = m, _int(m, x)  # a value at most mid that is reached
+            else:
+                lo = mid + 1
+        self.solver.add(x == hi)
+
+    def prefer(self, b: z3.BoolRef) -> None:
+        if _bool(self.model, b):
+            self.solver.add(b)
+            return
+        m = _check(self.solver, b)
+        if m is not None:
+            self.model = m
+        self.solver.add(b if m is not None else z3.Not(b))
 
 
 def _pin(solver: z3.Solver, cfg: Config, sem: Semantics, nblocks: Sequence[int]) -> None:
@@ -394,25 +470,26 @@ def _pin(solver: z3.Solver, cfg: Config, sem: Semantics, nblocks: Sequence[int])
     alt-cache-config-block-size), the Mamba modes (none < align < all), then the flags
     (no EAGLE, prefix caching on, no skip, nothing in flight) and the store, block by
     block (not loading, not deferred, stored). The result is the same on every run."""
-    _smallest(solver, cfg.computed, 0)
+    pin = _Pinner(solver)
+    pin.smallest(cfg.computed, 0)
     for w in cfg.window:
         if w is not None:
-            _smallest(solver, w, 1)
+            pin.smallest(w, 1)
     if sem.align_from == "cache_config":
-        _smallest(solver, cfg.mamba_block_size, 1)
+        pin.smallest(cfg.mamba_block_size, 1)
     for m in cfg.mode:
         if m is not None:
-            _smallest(solver, m, MODES["none"])
+            pin.smallest(m, MODES["none"])
     for e in cfg.eagle:
-        _prefer(solver, z3.Not(e))
-    _prefer(solver, cfg.prefix_caching)
-    _prefer(solver, z3.Not(cfg.skip_reading))
-    _prefer(solver, z3.Not(cfg.in_flight))
+        pin.prefer(z3.Not(e))
+    pin.prefer(cfg.prefix_caching)
+    pin.prefer(z3.Not(cfg.skip_reading))
+    pin.prefer(z3.Not(cfg.in_flight))
     for st, n in zip(cfg.stores, nblocks, strict=True):
         for i in map(z3.IntVal, range(n)):
-            _prefer(solver, z3.Not(st.loading(i)))
-            _prefer(solver, z3.Not(st.deferred(i)))
-            _prefer(solver, st.stored(i))
+            pin.prefer(z3.Not(st.loading(i)))
+            pin.prefer(z3.Not(st.deferred(i)))
+            pin.prefer(st.stored(i))
     solver.set("timeout", PIN_MS)
     if solver.check() != z3.sat:
         raise _Undecided("pinned counterexample")

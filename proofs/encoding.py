@@ -22,6 +22,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Any
 
 import z3
 
@@ -33,6 +34,39 @@ MODES = {"none": MODE_NONE, "align": MODE_ALIGN, "all": MODE_ALL}
 NEXT_NONE, NEXT_ALL, NEXT_SW = 0, 1, 2
 
 Pred = Callable[[z3.ArithRef], z3.BoolRef]
+
+
+# The store facts' instances are built by the ten thousand: these make the same terms as
+# z3.And, z3.Or, z3.Implies and z3.Not (the same C calls on the same arguments) without
+# the Python API's per-argument coercion, for Boolean terms of the main context.
+def _conj(*args: z3.BoolRef) -> z3.BoolRef:
+    if len(args) == 1 and isinstance(args[0], list | tuple):
+        args = tuple(args[0])
+    if not args:
+        return z3.And(*args)
+    ctx = z3.main_ctx()
+    arr, n = z3.z3._to_ast_array(args)
+    return z3.BoolRef(z3.z3core.Z3_mk_and(ctx.ref(), n, arr), ctx)
+
+
+def _disj(*args: z3.BoolRef) -> z3.BoolRef:
+    if len(args) == 1 and isinstance(args[0], list | tuple):
+        args = tuple(args[0])
+    if not args:
+        return z3.Or(*args)
+    ctx = z3.main_ctx()
+    arr, n = z3.z3._to_ast_array(args)
+    return z3.BoolRef(z3.z3core.Z3_mk_or(ctx.ref(), n, arr), ctx)
+
+
+def _implies(a: z3.BoolRef, b: z3.BoolRef) -> z3.BoolRef:
+    ctx = z3.main_ctx()
+    return z3.BoolRef(z3.z3core.Z3_mk_implies(ctx.ref(), a.as_ast(), b.as_ast()), ctx)
+
+
+def _not(a: z3.BoolRef) -> z3.BoolRef:
+    ctx = z3.main_ctx()
+    return z3.BoolRef(z3.z3core.Z3_mk_not(ctx.ref(), a.as_ast()), ctx)
 
 
 @dataclass(frozen=True)
@@ -49,7 +83,7 @@ class Store:
         s, d = _literal(stored), _literal(deferred)
         if s is not None and d is not None:  # a concrete store (proofs.conformance)
             return z3.BoolVal(s and not d)
-        return z3.And(stored, z3.Not(deferred))
+        return _conj(stored, _not(deferred))
 
     def not_false(self, i: z3.ArithRef) -> z3.BoolRef:
         """``lookup`` does not return False (True or None)."""
@@ -57,7 +91,7 @@ class Store:
         s, d = _literal(stored), _literal(deferred)
         if s is not None and d is not None:
             return z3.BoolVal(s or d)
-        return z3.Or(stored, deferred)
+        return _disj(stored, deferred)
 
 
 _LITERALS: dict[int, bool] = {}
@@ -201,8 +235,8 @@ class Enc:
             for c in range(self.bound):
                 b = body(z3.IntVal(c))
                 if _literal(b) is not True:  # a concrete store: an instance that holds goes
-                    out.append(z3.Implies(z3.And(lo <= c, c < hi), b))
-            return z3.And(out)
+                    out.append(_implies(_conj(lo <= c, c < hi), b))
+            return _conj(out)
         fact = _Fact(self.fresh_bool("forall"), lo, hi, body, self.fresh_int("breaks_at"))
         self.facts.append(fact)
         return fact.handle
@@ -213,15 +247,16 @@ class Enc:
         if self.bound is not None:
             gaps = []
             first = p.as_long() if z3.is_int_value(p) else None
+            end = p + v
             for c, b, known in self.instances(ok):
                 if known is None:
-                    gaps.append(z3.And(p <= c, c < p + v, z3.Not(b)))
+                    gaps.append(_conj(p <= c, c < end, _not(b)))
                 elif not known and (first is None or first <= c):
                     # a concrete store's gap (an instance that cannot hold goes)
-                    gaps.append(z3.And(p <= c, c < p + v))
-            return z3.Or(gaps)
+                    gaps.append(_conj(p <= c, c < end))
+            return _disj(gaps)
         q = skolem(p)
-        return z3.And(p <= q, q < p + v, z3.Not(ok(q)))
+        return _conj(p <= q, q < p + v, _not(ok(q)))
 
     def instances(self, pred: Pred) -> list[tuple[int, z3.BoolRef, bool | None]]:
         """``pred`` at every block index below the bound: (index, term, its literal
@@ -241,8 +276,8 @@ class Enc:
             return []
         out: list[z3.BoolRef] = []
         for f in self.facts:
-            out.append(z3.Or(f.handle, z3.And(f.lo <= f.witness, f.witness < f.hi,
-                                              z3.Not(f.body(f.witness)))))
+            out.append(_disj(f.handle, _conj(f.lo <= f.witness, f.witness < f.hi,
+                                             _not(f.body(f.witness)))))
         terms = _applied_indices(list(query) + out)
         for name, more in self.hints.items():
             terms.setdefault(name, []).extend(more)
@@ -262,7 +297,7 @@ class Enc:
                         if (k, t.get_id()) in done:
                             continue
                         done.add((k, t.get_id()))
-                        inst = z3.Implies(z3.And(f.handle, f.lo <= t, t < f.hi), f.body(t))
+                        inst = _implies(_conj(f.handle, f.lo <= t, t < f.hi), f.body(t))
                         new.append(inst)
                         if self.rich or t.get_id() in hinted:
                             follow.append(inst)
@@ -274,50 +309,77 @@ class Enc:
         return out
 
 
-def _store_group(decl: z3.FuncDeclRef) -> str | None:
-    """``stored1`` -> ``1``: which group's store a predicate belongs to."""
-    name: str = decl.name()
+def _raw(name: str) -> Callable[..., Any]:
+    """The ctypes entry point of a Z3 C API function, without the Python wrapper's
+    error check (each call below takes an AST reachable from a live root)."""
+    fn: Callable[..., Any] = getattr(z3.z3core, name).__defaults__[0].f
+    return fn
+
+
+_KIND, _ID, _NARGS, _ARG, _DECL, _DECL_NAME, _SYMBOL, _ARITY = map(_raw, (
+    "Z3_get_ast_kind", "Z3_get_ast_id", "Z3_get_app_num_args", "Z3_get_app_arg",
+    "Z3_get_app_decl", "Z3_get_decl_name", "Z3_get_symbol_string", "Z3_get_arity"))
+_APP = z3.Z3_APP_AST
+
+
+def _store_applications(roots: Sequence[z3.ExprRef]) -> list[tuple[str, z3.ExprRef]]:
+    """Every distinct application of a store predicate under ``roots``: (its group, its
+    argument), in depth-first order. Walked on raw ASTs (no Python wrapper per node: the
+    queries have tens of thousands of nodes)."""
+    ctx = z3.main_ctx()
+    ref = ctx.ref()
+    seen: set[int] = set()
+    groups: dict[int, str | None] = {}  # a declaration's address (alive during the walk)
+    out: list[tuple[str, z3.ExprRef]] = []
+    stack = [r.as_ast() for r in roots]
+    while stack:
+        a = stack.pop()
+        k = _ID(ref, a)
+        if k in seen:
+            continue
+        seen.add(k)
+        if _KIND(ref, a) != _APP:
+            continue
+        n = _NARGS(ref, a)
+        if n == 1:
+            decl = _DECL(ref, a)
+            addr = z3.z3core.ctypes.cast(decl, z3.z3core.ctypes.c_void_p).value or 0
+            if addr not in groups:
+                name = _SYMBOL(ref, _DECL_NAME(ref, decl))
+                groups[addr] = _store_group_name(
+                    name.decode() if isinstance(name, bytes) else str(name),
+                    int(_ARITY(ref, decl)))
+            g = groups[addr]
+            if g is not None:
+                out.append((g, z3.z3._to_expr_ref(_ARG(ref, a, 0), ctx)))
+        stack.extend(_ARG(ref, a, i) for i in range(n))
+    return out
+
+
+def _store_group_name(name: str, arity: int) -> str | None:
     for prefix in ("stored", "deferred", "loading"):
-        if name.startswith(prefix) and decl.arity() == 1:
+        if name.startswith(prefix) and arity == 1:
             return name[len(prefix):]
     return None
 
 
-def _walk(roots: Sequence[z3.ExprRef]) -> list[z3.ExprRef]:
-    seen: set[int] = set()
-    out: list[z3.ExprRef] = []
-    stack = list(roots)
-    while stack:
-        e = stack.pop()
-        k = e.get_id()
-        if k in seen:
-            continue
-        seen.add(k)
-        out.append(e)
-        if z3.is_app(e):
-            stack.extend(e.children())
-    return out
-
-
 def _store_names(e: z3.ExprRef) -> set[str]:
-    return {g for x in _walk([e]) if z3.is_app(x) and (g := _store_group(x.decl())) is not None}
+    return {g for g, _ in _store_applications([e])}
 
 
 def _applied_indices(roots: Sequence[z3.ExprRef]) -> dict[str, list[z3.ArithRef]]:
     out: dict[str, list[z3.ArithRef]] = {}
     ids: set[tuple[str, int]] = set()
-    for x in _walk(roots):
-        if z3.is_app(x) and (g := _store_group(x.decl())) is not None:
-            arg = x.arg(0)
-            if z3.is_var(arg) or (g, arg.get_id()) in ids:
-                continue
-            ids.add((g, arg.get_id()))
-            out.setdefault(g, []).append(arg)
+    for g, arg in _store_applications(roots):
+        if z3.is_var(arg) or (g, arg.get_id()) in ids:
+            continue
+        ids.add((g, arg.get_id()))
+        out.setdefault(g, []).append(arg)
     return out
 
 
 def _negated(pred: Pred, i: z3.ArithRef) -> z3.BoolRef:
-    return z3.Not(pred(i))
+    return _not(pred(i))
 
 
 def zmin(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:

@@ -352,6 +352,11 @@ def _forget_proofs() -> None:
     check = sys.modules.get("proofs.check")
     if check is not None:
         check._PROVED.clear()
+        check._UNROLLED.clear()  # queries built by the other code
+        check._ANSWERS.clear()
+    witness = sys.modules.get("proofs.witness")
+    if witness is not None:
+        witness._BUILT.clear()
 
 
 # ---- equivalent mutants: a Z3 proof that the mutated step computes the same value -------

@@ -156,7 +156,19 @@ def row_json(row: Row) -> dict[str, Any]:
     }
 
 
-def _picture(scen: dict[str, Any], path: Path, title: str) -> list[str]:
+Drawing = tuple[dict[str, Any], Path, str]  # scenario, PNG path, title
+
+
+def _picture(scen: dict[str, Any], path: Path, title: str, drawings: list[Drawing]
+             ) -> list[str]:
+    """The token lines of ``scen``; its picture is queued on ``drawings``."""
+    s = parse_scenario(scen)
+    drawings.append((scen, path, title))
+    return token_line(s, evaluate(s, enforce=False))
+
+
+def _draw(d: Drawing) -> None:
+    scen, path, title = d
     s = parse_scenario(scen)
     o = evaluate(s, enforce=False)
     larger = None
@@ -165,11 +177,25 @@ def _picture(scen: dict[str, Any], path: Path, title: str) -> list[str]:
     elif path.name.startswith("maximality") and isinstance(scen.get("valid_hit"), int):
         larger = scen["valid_hit"]  # 0.33.0: the file carries it (model.maximality_v033)
     draw_png(s, o, path, title, larger=larger, unreachable=evaluate(s).refused)
-    return token_line(s, o)
 
 
-def write_report(rows: Sequence[Row], out: Path) -> None:
+def draw_all(drawings: Sequence[Drawing], jobs: int = 1) -> None:
+    """Draw the pictures, ``jobs`` at a time (each is its own file: the order does not
+    matter)."""
+    jobs = min(jobs, len(drawings))
+    if jobs <= 1:
+        for d in drawings:
+            _draw(d)
+        return
+    with multiprocessing.Pool(jobs) as pool:
+        pool.map(_draw, drawings, chunksize=1)
+
+
+def write_report(rows: Sequence[Row], out: Path, jobs: int = 1) -> None:
+    """report.md, report.json, the counterexample files and their pictures (drawn
+    ``jobs`` at a time)."""
     out.mkdir(parents=True, exist_ok=True)
+    drawings: list[Drawing] = []
     (out / "counterexamples").mkdir(exist_ok=True)
     md = ["# Lookup theorems: results", "",
           "Each theorem is checked against each semantics; sizes, prompt length, GPU hit and "
@@ -233,7 +259,7 @@ def write_report(rows: Sequence[Row], out: Path) -> None:
                 (out / "counterexamples" / f"{base}.json").write_text(
                     json.dumps(r.verdict.counterexample, indent=1) + "\n")
                 lines = _picture(r.verdict.counterexample, out / f"{base}.png",
-                                 f"{name} fails on {r.semantics}")
+                                 f"{name} fails on {r.semantics}", drawings)
                 md += ["", f"Minimal counterexample (`counterexamples/{base}.json`):", "",
                        f"![{base}]({base}.png)", "", "```", *lines, "```"]
             if r.accepted is not None:
@@ -244,7 +270,7 @@ def write_report(rows: Sequence[Row], out: Path) -> None:
                     (out / "counterexamples" / f"{base}.json").write_text(
                         json.dumps(r.accepted.counterexample, indent=1) + "\n")
                     lines = _picture(r.accepted.counterexample, out / f"{base}.png",
-                                     f"{name} on {r.semantics}, no precondition")
+                                     f"{name} on {r.semantics}, no precondition", drawings)
                     md += ["", f"  ![{base}]({base}.png)", "", "```", *lines, "```"]
             for n in r.necessity:
                 md.append(f"\n- dropping `{n.precondition}`: {n.status}")
@@ -253,9 +279,11 @@ def write_report(rows: Sequence[Row], out: Path) -> None:
                     (out / "counterexamples" / f"{base}.json").write_text(
                         json.dumps(n.counterexample, indent=1) + "\n")
                     lines = _picture(n.counterexample, out / f"{base}.png",
-                                     f"{name} on {r.semantics} without {n.precondition}")
+                                     f"{name} on {r.semantics} without {n.precondition}",
+                                     drawings)
                     md += ["", f"  ![{base}]({base}.png)", "", "```", *lines, "```"]
             md.append("")
+    draw_all(drawings, jobs)
     (out / "report.md").write_text("\n".join(md) + "\n")
     (out / "report.json").write_text(json.dumps(
         {"results": [row_json(r) for r in rows]}, indent=1) + "\n")
@@ -281,6 +309,7 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
     # (the report keeps the order above)
     todo = sorted(pairs, key=lambda p: (-HEAVY.get(p[0], 0), pairs.index(p)))
     rows: list[Row] = []
+    jobs = min(jobs, len(todo))  # one pair runs in this process: no worker to start
     with multiprocessing.Pool(jobs) if jobs > 1 else nullcontext() as pool:
         results = (pool.imap_unordered(_run_one, todo) if pool is not None
                    else map(_run_one, pairs))

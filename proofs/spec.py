@@ -632,9 +632,11 @@ def _draw(scenario: dict[str, Any], semantics: str, path: Path, title: str,
              larger=ex.larger if maximality_picture else None, unreachable=ex.refused)
 
 
-def write_spec(directory: Path, facts: dict[str, Any] | None = None) -> list[Path]:
+def write_spec(directory: Path, facts: dict[str, Any] | None = None, jobs: int = 1
+               ) -> list[Path]:
     """Write every page (Markdown and HTML) and picture into ``directory`` (next to
-    report.json); with ``facts`` also (re)write spec-facts.json."""
+    report.json), the pictures ``jobs`` at a time; with ``facts`` also (re)write
+    spec-facts.json."""
     if facts is not None:
         (directory / FACTS).write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
     results = load_results(directory)
@@ -644,8 +646,16 @@ def write_spec(directory: Path, facts: dict[str, Any] | None = None) -> list[Pat
     for old in (directory / IMG).glob("*.png"):
         if f"{IMG}/{old.name}" not in drawn:
             old.unlink()
-    for rel, (scen, sem, title) in drawn.items():
-        _draw(scen, sem, directory / rel, title, rel.split("/")[-1].startswith("maximality"))
+    todo = [(scen, sem, directory / rel, title, rel.split("/")[-1].startswith("maximality"))
+            for rel, (scen, sem, title) in drawn.items()]
+    if jobs > 1 and len(todo) > 1:  # each picture is its own file
+        import multiprocessing
+
+        with multiprocessing.Pool(min(jobs, len(todo))) as pool:
+            pool.starmap(_draw, todo, chunksize=1)
+    else:
+        for args in todo:
+            _draw(*args)
     written = []
     for rel, md in render(code, results).items():
         path = directory / rel

@@ -56,14 +56,37 @@ class Witness:
     note: str = ""
 
 
+# the unrolled witness query without its block sizes, by (semantics, assumed, maximal,
+# passes), built once per process: the block sizes go in at the same place in the
+# assertions, so each query is the one built from scratch (same terms, same order)
+_BUILT: dict[tuple[object, ...], tuple[list[z3.BoolRef], Any, z3.ArithRef,
+                                       z3.ArithRef | None]] = {}
+
+
 def _query(sem: Semantics, assumed: Sequence[str], maximal: bool, gpu: int, factor: int,
            passes: int) -> tuple[z3.Solver, Any, z3.ArithRef, z3.ArithRef | None]:
+    # with the functions that write the premises (a test or mutant may replace them)
+    key = (sem.name, tuple(assumed), maximal, passes, theorems.valid_hit,
+           theorems.precondition_formula)
+    if key not in _BUILT:
+        _BUILT[key] = _build(sem, assumed, maximal, passes)
+    rest, cfg, res_hit, candidate = _BUILT[key]
+    sizes = [cfg.factor == factor] + [b == gpu for b in cfg.gpu]
+    s = z3.Solver()
+    s.add(*(rest[:1] + sizes + rest[1:]))
+    return s, cfg, res_hit, candidate
+
+
+def _build(sem: Semantics, assumed: Sequence[str], maximal: bool, passes: int
+           ) -> tuple[list[z3.BoolRef], Any, z3.ArithRef, z3.ArithRef | None]:
+    """The witness query's assertions with the block sizes left out (they go after the
+    first, the start-up checks)."""
     enc = Enc(bound=BLOCKS)
     cfg = symbolic_config(theorems.TEMPLATE)
     d = derive(enc, cfg, sem)
     init = initial_state(enc, cfg, d, sem)
-    cons = [startup(cfg, sem), cfg.factor == factor]
-    cons += [b == gpu for b in cfg.gpu] + [k <= BLOCKS for k in d.keys]
+    cons = [startup(cfg, sem)]
+    cons += [k <= BLOCKS for k in d.keys]
     cons += [theorems.precondition_formula(p, enc, cfg, d) for p in assumed]
     st = run_pass(enc, cfg, d, init, d.order)
     for _ in range(passes - 1):
@@ -81,9 +104,7 @@ def _query(sem: Semantics, assumed: Sequence[str], maximal: bool, gpu: int, fact
     cons += [finished(st), z3.Not(res.deferred), res.hit > 0, hit > 0]
     cons.append(z3.Or([z3.And(cfg.mode[g] == MODE_ALIGN, loads[g].lo < loads[g].hi)
                        for g in mamba]))
-    s = z3.Solver()
-    s.add(*(cons + enc.cons))
-    return s, cfg, res.hit, candidate
+    return cons + enc.cons, cfg, res.hit, candidate
 
 
 def witness(thm_name: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 60_000
