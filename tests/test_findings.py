@@ -162,3 +162,20 @@ def test_finding_002_hit_inside_a_chunk_loses_nothing_on_real_033_engine_core() 
         # keys by the token each ends at: the attention chunk holding the hit's end
         assert [len(attn.blocks), len(mamba.blocks)] == [1, 1]
         assert [v.invariant for v in o.violations] == ["whole-blocks"]
+
+
+REPRO_003 = ROOT / "docs" / "findings" / "vllm_tests" / "test_offloading_load_cap_loses_a_chunk.py"
+SCENARIO_003 = (ROOT / "tests" / "scenarios" / "vllm-0.33.0-maximality"
+                / "mamba-load-cap-loses-a-chunk.json")
+
+
+def test_finding_003_load_cap_loses_a_chunk_on_real_033_scheduler() -> None:
+    # docs/findings/003: Mamba align, block 16, prompt 33, every chunk stored; a
+    # max_load_tokens cap of 32 (below the prompt end) gets a hit of 16 on the real
+    # engine-core Scheduler + OffloadingConnector, no cap or a cap of 33 gets 32
+    result = run_in_033(REPRO_003)
+    assert result == {"None": 32, "33": 32, "32": 16}
+    # the model gives the same lossy hit and names 32 as a valid hit (maximality)
+    o = evaluate(load_scenario_file(SCENARIO_003))
+    assert o.hit_tokens == result["32"]
+    assert [v.invariant for v in o.violations] == ["maximality"]
