@@ -9,7 +9,8 @@ multiple of the row's chunk sizes, with every chunk stored, no GPU prefix hit, a
 below the prompt's last token). It compares the hit with the largest valid hit
 (``model.maximality_v033``, complete chunks; ``2 L`` and ``L`` keep every rule). Rows
 with an EAGLE group are left out: their trailing chunk is given away on purpose
-(finding 003, last section). Deterministic: no randomness. Exit 0 (it measures).
+(finding 003, last section). On the rows with ``L <= 160`` it also tries every cap from 1
+to ``2 L`` and lists the caps that lose tokens (``sweep``). Deterministic: no randomness. Exit 0 (it measures).
 """
 
 from __future__ import annotations
@@ -30,22 +31,39 @@ from model.real_layouts import LayoutTemplate, load_templates  # noqa: E402
 from model.scenario import parse_scenario  # noqa: E402
 
 
+SWEEP_MAX_LCM = 160
+
+
+def lookup(t: LayoutTemplate, prompt: int, cap: int) -> dict[str, int] | None:
+    """The model's hit, the largest valid hit and the tokens lost, all chunks stored."""
+    raw = t.scenario_json(semantics="vllm-0.33.0", prompt_tokens=prompt)
+    raw["max_load_tokens"] = cap
+    s = parse_scenario(raw)
+    o = evaluate(s)
+    if o.refused or not isinstance(o.layout, ChunkLayout) or o.hit_tokens is None:
+        return None
+    best = larger_valid_hit(s, o.layout, o.hit_tokens)
+    valid = o.hit_tokens if best is None else best
+    return {"hit": o.hit_tokens, "valid": valid, "lost": valid - o.hit_tokens}
+
+
 def measure(t: LayoutTemplate) -> dict[str, Any] | None:
     bpc = t.blocks_per_chunk or 1
     lcm = math.lcm(*(g.block_size * bpc for g in t.groups))
     prompt = 2 * lcm + 1
     out: dict[str, Any] = {"lcm_chunk": lcm, "prompt": prompt, "caps": {}}
     for cap in (lcm, 2 * lcm):
-        raw = t.scenario_json(semantics="vllm-0.33.0", prompt_tokens=prompt)
-        raw["max_load_tokens"] = cap
-        s = parse_scenario(raw)
-        o = evaluate(s)
-        if o.refused or not isinstance(o.layout, ChunkLayout):
+        r = lookup(t, prompt, cap)
+        if r is None:
             return None
-        best = larger_valid_hit(s, o.layout, o.hit_tokens)
-        valid = o.hit_tokens if best is None else best
-        out["caps"][str(cap)] = {"hit": o.hit_tokens, "valid": valid,
-                                 "lost": valid - (o.hit_tokens or 0)}
+        out["caps"][str(cap)] = r
+    if lcm <= SWEEP_MAX_LCM:
+        lossy = []
+        for cap in range(1, 2 * lcm + 1):
+            r = lookup(t, prompt, cap)
+            if r is None or r["lost"]:
+                lossy.append(cap)
+        out["sweep"] = {"caps": 2 * lcm, "lossy_caps": lossy}
     return out
 
 
@@ -70,6 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rows {len(rows)}, lookups {len(cases)}, lossy {len(lossy)}, "
           f"tokens lost {sum(c['lost'] for c in lossy):,}, "
           f"largest loss {max((c['lost'] for c in lossy), default=0):,}")
+    swept = {k: r["sweep"] for k, r in rows.items() if "sweep" in r}
+    only_multiples = all(c % rows[k]["lcm_chunk"] == 0 for k, sw in swept.items()
+                         for c in sw["lossy_caps"])
+    print(f"sweep (every cap 1..2L, rows with L <= {SWEEP_MAX_LCM}): rows {len(swept)}, "
+          f"caps {sum(sw['caps'] for sw in swept.values()):,}, lossy "
+          f"{sum(len(sw['lossy_caps']) for sw in swept.values())}, "
+          f"all lossy caps multiples of L: {only_multiples}")
     if a.json is not None:
         a.json.write_text(json.dumps({"layouts": rows}, indent=1, sort_keys=True) + "\n")
     return 0
