@@ -10,7 +10,8 @@ below the prompt's last token). It compares the hit with the largest valid hit
 (``model.maximality_v033``, complete chunks; ``2 L`` and ``L`` keep every rule). Rows
 with an EAGLE group are left out: their trailing chunk is given away on purpose
 (finding 003, last section). On the rows with ``L <= 160`` it also tries every cap from 1
-to ``2 L`` and lists the caps that lose tokens (``sweep``). Deterministic: no randomness. Exit 0 (it measures).
+to ``2 L`` and lists the caps that lose tokens (``sweep``). Deterministic: no randomness.
+Exit 0 (it measures).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from model.layout_v033 import ChunkLayout  # noqa: E402
 from model.maximality_v033 import larger_valid_hit  # noqa: E402
 from model.real_layouts import LayoutTemplate, load_templates  # noqa: E402
 from model.scenario import parse_scenario  # noqa: E402
-
 
 SWEEP_MAX_LCM = 160
 
