@@ -39,14 +39,21 @@ Pred = Callable[[z3.ArithRef], z3.BoolRef]
 # The store facts' instances are built by the ten thousand: these make the same terms as
 # z3.And, z3.Or, z3.Implies and z3.Not (the same C calls on the same arguments) without
 # the Python API's per-argument coercion, for Boolean terms of the main context.
+def _asts(args: Sequence[z3.BoolRef]) -> Any:
+    """The C array of the terms' ASTs that Z3_mk_and / Z3_mk_or take."""
+    arr = (z3.z3types.Ast * len(args))()
+    for i, a in enumerate(args):
+        arr[i] = a.as_ast()
+    return arr
+
+
 def _conj(*args: z3.BoolRef) -> z3.BoolRef:
     if len(args) == 1 and isinstance(args[0], list | tuple):
         args = tuple(args[0])
     if not args:
         return z3.And(*args)
     ctx = z3.main_ctx()
-    arr, n = z3.z3._to_ast_array(args)
-    return z3.BoolRef(z3.z3core.Z3_mk_and(ctx.ref(), n, arr), ctx)
+    return z3.BoolRef(z3.z3core.Z3_mk_and(ctx.ref(), len(args), _asts(args)), ctx)
 
 
 def _disj(*args: z3.BoolRef) -> z3.BoolRef:
@@ -55,8 +62,7 @@ def _disj(*args: z3.BoolRef) -> z3.BoolRef:
     if not args:
         return z3.Or(*args)
     ctx = z3.main_ctx()
-    arr, n = z3.z3._to_ast_array(args)
-    return z3.BoolRef(z3.z3core.Z3_mk_or(ctx.ref(), n, arr), ctx)
+    return z3.BoolRef(z3.z3core.Z3_mk_or(ctx.ref(), len(args), _asts(args)), ctx)
 
 
 def _implies(a: z3.BoolRef, b: z3.BoolRef) -> z3.BoolRef:
@@ -351,7 +357,7 @@ def _store_applications(roots: Sequence[z3.ExprRef]) -> list[tuple[str, z3.ExprR
                     int(_ARITY(ref, decl)))
             g = groups[addr]
             if g is not None:
-                out.append((g, z3.z3._to_expr_ref(_ARG(ref, a, 0), ctx)))
+                out.append((g, z3.ArithRef(_ARG(ref, a, 0), ctx)))  # an Int index
         stack.extend(_ARG(ref, a, i) for i in range(n))
     return out
 
