@@ -43,9 +43,10 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
     sem: Semantics = get_semantics(semantics or s.semantics)
     if sem.chunked:
         return _evaluate_v033(s, sem, enforce)
-    if s.blocks_per_chunk is not None:  # the option exists only from 0.33.0 on
-        return Outcome(sem.name, f"refused by {sem.name}: blocks_per_chunk is not a "
-                       "kv_connector_extra_config option of this release", None, (), ())
+    if s.blocks_per_chunk is not None:  # the option exists only from 0.33.0 on; older
+        # releases ignore the unknown extra-config key, which this model does not follow
+        raise ScenarioError(f"blocks_per_chunk: not modelled for {sem.name} (a "
+                            "kv_connector_extra_config option from vLLM 0.33.0 on)")
     try:
         layout = resolve_layout(s, sem)  # start-up checks always hold: no layout otherwise
         if enforce:

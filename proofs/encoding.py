@@ -36,45 +36,6 @@ NEXT_NONE, NEXT_ALL, NEXT_SW = 0, 1, 2
 Pred = Callable[[z3.ArithRef], z3.BoolRef]
 
 
-# The store facts' instances are built by the ten thousand: these make the same terms as
-# z3.And, z3.Or, z3.Implies and z3.Not (the same C calls on the same arguments) without
-# the Python API's per-argument coercion, for Boolean terms of the main context.
-def _asts(args: Sequence[z3.BoolRef]) -> Any:
-    """The C array of the terms' ASTs that Z3_mk_and / Z3_mk_or take."""
-    arr = (z3.z3types.Ast * len(args))()
-    for i, a in enumerate(args):
-        arr[i] = a.as_ast()
-    return arr
-
-
-def _conj(*args: z3.BoolRef) -> z3.BoolRef:
-    if len(args) == 1 and isinstance(args[0], list | tuple):
-        args = tuple(args[0])
-    if not args:
-        return z3.And(*args)
-    ctx = z3.main_ctx()
-    return z3.BoolRef(z3.z3core.Z3_mk_and(ctx.ref(), len(args), _asts(args)), ctx)
-
-
-def _disj(*args: z3.BoolRef) -> z3.BoolRef:
-    if len(args) == 1 and isinstance(args[0], list | tuple):
-        args = tuple(args[0])
-    if not args:
-        return z3.Or(*args)
-    ctx = z3.main_ctx()
-    return z3.BoolRef(z3.z3core.Z3_mk_or(ctx.ref(), len(args), _asts(args)), ctx)
-
-
-def _implies(a: z3.BoolRef, b: z3.BoolRef) -> z3.BoolRef:
-    ctx = z3.main_ctx()
-    return z3.BoolRef(z3.z3core.Z3_mk_implies(ctx.ref(), a.as_ast(), b.as_ast()), ctx)
-
-
-def _not(a: z3.BoolRef) -> z3.BoolRef:
-    ctx = z3.main_ctx()
-    return z3.BoolRef(z3.z3core.Z3_mk_not(ctx.ref(), a.as_ast()), ctx)
-
-
 @dataclass(frozen=True)
 class Store:
     """What the manager answers for one group's block ``i``."""
@@ -89,7 +50,7 @@ class Store:
         s, d = _literal(stored), _literal(deferred)
         if s is not None and d is not None:  # a concrete store (proofs.conformance)
             return z3.BoolVal(s and not d)
-        return _conj(stored, _not(deferred))
+        return z3.And(stored, z3.Not(deferred))
 
     def not_false(self, i: z3.ArithRef) -> z3.BoolRef:
         """``lookup`` does not return False (True or None)."""
@@ -97,7 +58,7 @@ class Store:
         s, d = _literal(stored), _literal(deferred)
         if s is not None and d is not None:
             return z3.BoolVal(s or d)
-        return _disj(stored, deferred)
+        return z3.Or(stored, deferred)
 
 
 _LITERALS: dict[int, bool] = {}
@@ -241,8 +202,8 @@ class Enc:
             for c in range(self.bound):
                 b = body(z3.IntVal(c))
                 if _literal(b) is not True:  # a concrete store: an instance that holds goes
-                    out.append(_implies(_conj(lo <= c, c < hi), b))
-            return _conj(out)
+                    out.append(z3.Implies(z3.And(lo <= c, c < hi), b))
+            return z3.And(out)
         fact = _Fact(self.fresh_bool("forall"), lo, hi, body, self.fresh_int("breaks_at"))
         self.facts.append(fact)
         return fact.handle
@@ -253,16 +214,15 @@ class Enc:
         if self.bound is not None:
             gaps = []
             first = p.as_long() if z3.is_int_value(p) else None
-            end = p + v
             for c, b, known in self.instances(ok):
                 if known is None:
-                    gaps.append(_conj(p <= c, c < end, _not(b)))
+                    gaps.append(z3.And(p <= c, c < p + v, z3.Not(b)))
                 elif not known and (first is None or first <= c):
                     # a concrete store's gap (an instance that cannot hold goes)
-                    gaps.append(_conj(p <= c, c < end))
-            return _disj(gaps)
+                    gaps.append(z3.And(p <= c, c < p + v))
+            return z3.Or(gaps)
         q = skolem(p)
-        return _conj(p <= q, q < p + v, _not(ok(q)))
+        return z3.And(p <= q, q < p + v, z3.Not(ok(q)))
 
     def instances(self, pred: Pred) -> list[tuple[int, z3.BoolRef, bool | None]]:
         """``pred`` at every block index below the bound: (index, term, its literal
@@ -282,8 +242,8 @@ class Enc:
             return []
         out: list[z3.BoolRef] = []
         for f in self.facts:
-            out.append(_disj(f.handle, _conj(f.lo <= f.witness, f.witness < f.hi,
-                                             _not(f.body(f.witness)))))
+            out.append(z3.Or(f.handle, z3.And(f.lo <= f.witness, f.witness < f.hi,
+                                              z3.Not(f.body(f.witness)))))
         terms = _applied_indices(list(query) + out)
         for name, more in self.hints.items():
             terms.setdefault(name, []).extend(more)
@@ -303,7 +263,7 @@ class Enc:
                         if (k, t.get_id()) in done:
                             continue
                         done.add((k, t.get_id()))
-                        inst = _implies(_conj(f.handle, f.lo <= t, t < f.hi), f.body(t))
+                        inst = z3.Implies(z3.And(f.handle, f.lo <= t, t < f.hi), f.body(t))
                         new.append(inst)
                         if self.rich or t.get_id() in hinted:
                             follow.append(inst)
@@ -357,7 +317,7 @@ def _store_applications(roots: Sequence[z3.ExprRef]) -> list[tuple[str, z3.ExprR
                     int(_ARITY(ref, decl)))
             g = groups[addr]
             if g is not None:
-                out.append((g, z3.ArithRef(_ARG(ref, a, 0), ctx)))  # an Int index
+                out.append((g, z3.z3._to_expr_ref(_ARG(ref, a, 0), ctx)))
         stack.extend(_ARG(ref, a, i) for i in range(n))
     return out
 
@@ -385,7 +345,7 @@ def _applied_indices(roots: Sequence[z3.ExprRef]) -> dict[str, list[z3.ArithRef]
 
 
 def _negated(pred: Pred, i: z3.ArithRef) -> z3.BoolRef:
-    return _not(pred(i))
+    return z3.Not(pred(i))
 
 
 def zmin(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:

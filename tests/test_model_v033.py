@@ -122,7 +122,8 @@ def test_start_up_refusals_name_the_0_33_0_check(change: dict[str, Any], check: 
 
 def test_older_releases_ignore_nothing_silently() -> None:
     raw = dict(_seed(32, blocks_per_chunk=2), semantics="vllm-0.24.0")
-    assert "blocks_per_chunk" in (evaluate(parse_scenario(raw)).refused or "")
+    with pytest.raises(ScenarioError, match="^blocks_per_chunk: not modelled for vllm-0.24.0"):
+        evaluate(parse_scenario(raw))
     # a HIT_PENDING block is a not-ready (None) answer for the older manager
     raw = dict(_seed(33), semantics="vllm-0.24.0")
     raw["groups"] = [dict(raw["groups"][0], pending=[1])]

@@ -262,7 +262,9 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     manager.names = names
     for key, (g, i) in names.items():
         store = case["store"][g]
-        if i in store["deferred"]:
+        # a pending block (a 0.33.0 field) is not ready yet: None, as the model answers it
+        # for releases before 0.33.0 (model/scenario.py Group.answer)
+        if i in store["deferred"] or i in store.get("pending", ()):
             manager.answers[key] = None
         else:
             manager.answers[key] = store["stored"] is None or i in store["stored"]
