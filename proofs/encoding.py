@@ -22,7 +22,6 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
 
 import z3
 
@@ -275,27 +274,22 @@ class Enc:
         return out
 
 
-def _raw(name: str) -> Callable[..., Any]:
-    """The ctypes entry point of a Z3 C API function, without the Python wrapper's
-    error check (each call below takes an AST reachable from a live root)."""
-    fn: Callable[..., Any] = getattr(z3.z3core, name).__defaults__[0].f
-    return fn
-
-
-_KIND, _ID, _NARGS, _ARG, _DECL, _DECL_NAME, _SYMBOL, _ARITY = map(_raw, (
-    "Z3_get_ast_kind", "Z3_get_ast_id", "Z3_get_app_num_args", "Z3_get_app_arg",
-    "Z3_get_app_decl", "Z3_get_decl_name", "Z3_get_symbol_string", "Z3_get_arity"))
+# z3's C API as its Python module exports it (public, error-checked)
+_KIND, _ID, _NARGS, _ARG, _DECL, _DECL_NAME, _SYMBOL, _ARITY = (
+    z3.Z3_get_ast_kind, z3.Z3_get_ast_id, z3.Z3_get_app_num_args, z3.Z3_get_app_arg,
+    z3.Z3_get_app_decl, z3.Z3_get_decl_name, z3.Z3_get_symbol_string, z3.Z3_get_arity)
 _APP = z3.Z3_APP_AST
 
 
 def _store_applications(roots: Sequence[z3.ExprRef]) -> list[tuple[str, z3.ExprRef]]:
     """Every distinct application of a store predicate under ``roots``: (its group, its
-    argument), in depth-first order. Walked on raw ASTs (no Python wrapper per node: the
-    queries have tens of thousands of nodes)."""
+    argument), in depth-first order. Walked on raw ASTs through the C API (no Python
+    wrapper per node: the queries have tens of thousands of nodes); only the arguments
+    found are wrapped, by ``ExprRef.arg``."""
     ctx = z3.main_ctx()
     ref = ctx.ref()
     seen: set[int] = set()
-    groups: dict[int, str | None] = {}  # a declaration's address (alive during the walk)
+    groups: dict[int, str | None] = {}  # by the declaration's AST id
     out: list[tuple[str, z3.ExprRef]] = []
     stack = [r.as_ast() for r in roots]
     while stack:
@@ -309,7 +303,7 @@ def _store_applications(roots: Sequence[z3.ExprRef]) -> list[tuple[str, z3.ExprR
         n = _NARGS(ref, a)
         if n == 1:
             decl = _DECL(ref, a)
-            addr = z3.z3core.ctypes.cast(decl, z3.z3core.ctypes.c_void_p).value or 0
+            addr = _ID(ref, decl)  # a declaration is an AST too
             if addr not in groups:
                 name = _SYMBOL(ref, _DECL_NAME(ref, decl))
                 groups[addr] = _store_group_name(
@@ -317,7 +311,7 @@ def _store_applications(roots: Sequence[z3.ExprRef]) -> list[tuple[str, z3.ExprR
                     int(_ARITY(ref, decl)))
             g = groups[addr]
             if g is not None:
-                out.append((g, z3.z3._to_expr_ref(_ARG(ref, a, 0), ctx)))
+                out.append((g, z3.ExprRef(a, ctx).arg(0)))
         stack.extend(_ARG(ref, a, i) for i in range(n))
     return out
 
