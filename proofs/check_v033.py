@@ -32,6 +32,8 @@ from model.maximality_v033 import is_valid_hit, larger_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import Semantics, get_semantics
 from proofs import encoding_v033 as E
+from proofs.check import _Pinner as Pinner
+from proofs.check import _Undecided as Undecided
 from proofs.witness import Witness
 
 # the layouts of the scope: at most one group of each kind; the sliding-window and Mamba
@@ -136,10 +138,23 @@ def violation(thm: str, b: Built) -> z3.BoolRef:
     return z3.And(E.finished(b.st), E.VIOLATIONS[thm](b.enc, b.cfg, b.d, b.result))
 
 
+# simplify, propagate the values, eliminate the variables the equations define (the
+# named terms), lift the If-terms out of the arithmetic (elim-term-ite), then the SMT core
+# with z3's older simplex arithmetic solver (arith.solver 2): on the 0.33.0 queries (3-group
+# templates, 4 passes unrolled) 3 to 5 times faster than the same pipeline with the default
+# arithmetic solver (loads-stored-only on alt-v033-reround-mamba-rerun, 13 templates:
+# 74.5 -> 18.8 s CPU), every answer the same (bench/compare_solvers_v033.py)
+SOLVER: tuple[str | z3.Tactic, ...] = ("simplify", "propagate-values", "solve-eqs",
+                                       "elim-term-ite")
+
+
+def new_solver() -> z3.Solver:
+    return z3.Then(*SOLVER, z3.With("smt", **{"arith.solver": 2})).solver()
+
+
 def solver(b: Built, goal: z3.BoolRef, timeout_ms: int) -> z3.Solver:
-    """A solver for the query; eliminating the named terms first (``solve-eqs``) makes
-    it many times faster than the default."""
-    s = z3.Then("simplify", "propagate-values", "solve-eqs", "smt").solver()
+    """A solver for the query (``new_solver``)."""
+    s = new_solver()
     s.set("timeout", max(1, timeout_ms))
     s.add(*b.premises, goal, *b.enc.cons)
     return s
@@ -227,69 +242,42 @@ def replay(thm: str, scenario: dict[str, Any]) -> str | None:
 # --- the least counterexample ---------------------------------------------------------
 
 
-class Undecided(Exception):
-    """A pinning query came back unknown: the minimum is not established."""
-
-
-PIN_MS = 20_000
-
-
-def _sat(s: z3.Solver, extra: z3.BoolRef) -> bool:
-    s.push()
-    s.add(extra)
-    res = s.check()
-    s.pop()
-    if res == z3.unknown:
-        raise Undecided(str(extra))
-    return bool(res == z3.sat)
-
-
-def _smallest(s: z3.Solver, x: z3.ArithRef, lo: int) -> int:
-    """Pin ``x`` to its least value (>= lo) that keeps a counterexample."""
-    if s.check() != z3.sat:
-        raise Undecided("lost")
-    hi = _int(s.model(), x)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _sat(s, x <= mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    s.add(x == hi)
-    return hi
-
-
-def _prefer(s: z3.Solver, c: z3.BoolRef) -> None:
-    s.add(c if _sat(s, c) else z3.Not(c))
+PIN_MS = 20_000  # each pinning query (proofs.check's Pinner)
 
 
 def _pin(s: z3.Solver, b: Built) -> None:
+    """With the prompt fixed, fix every other field the scenario file records, in a total
+    order, each to its least value that keeps a counterexample (``Pinner``: the values
+    depend only on which queries are satisfiable, not on the models Z3 returns)."""
+    if s.check() != z3.sat:
+        raise Undecided("lost on re-solve")
+    pin = Pinner(s)
     cfg = b.cfg
-    _smallest(s, cfg.bpc, 1)
+    pin.smallest(cfg.bpc, 1)
     for x in cfg.gpu:
-        _smallest(s, x, 1)
+        pin.smallest(x, 1)
     if cfg.tails:
-        _smallest(s, cfg.tph, 1)
-    _smallest(s, cfg.computed, 0)
+        pin.smallest(cfg.tph, 1)
+    pin.smallest(cfg.computed, 0)
     for w in cfg.window:
         if w is not None:
-            _smallest(s, w, 1)
-    _prefer(s, cfg.prefix_caching)
+            pin.smallest(w, 1)
+    pin.prefer(cfg.prefix_caching)
     for e in cfg.eagle:
-        _prefer(s, z3.Not(e))
-    _prefer(s, z3.Not(cfg.skip_reading))
-    _prefer(s, z3.Not(cfg.in_flight))
+        pin.prefer(z3.Not(e))
+    pin.prefer(z3.Not(cfg.skip_reading))
+    pin.prefer(z3.Not(cfg.in_flight))
     for has, cap in ((cfg.has_new_cap, cfg.new_cap), (cfg.has_load_cap, cfg.load_cap)):
-        _prefer(s, z3.Not(has))
-        _smallest(s, cap, 0)  # unused when absent: pinned anyway, for one model
+        pin.prefer(z3.Not(has))
+        pin.smallest(cap, 0)  # unused when absent: pinned anyway, for one model
     for row, lrow in zip(cfg.ans, cfg.loading, strict=True):
         for a, busy in zip(row, lrow, strict=True):
-            _prefer(s, z3.Not(busy))
-            _smallest(s, a, E.HIT)  # HIT < HIT_PENDING < RETRY < MISS
+            pin.prefer(z3.Not(busy))
+            pin.smallest(a, E.HIT)  # HIT < HIT_PENDING < RETRY < MISS
     for grp in cfg.tail_ans:
         for row in grp:
             for a in row:
-                _smallest(s, a, E.HIT)
+                pin.smallest(a, E.HIT)
     if s.check() != z3.sat:
         raise Undecided("pinned counterexample")
 
@@ -316,9 +304,10 @@ def counterexample(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms:
             return Verdict33("UNKNOWN", time.monotonic() - t0,
                              note=f"solver returned unknown on layout {template[0]}")
         if res == z3.sat:
-            s.set("timeout", PIN_MS)
             try:
-                best = (_smallest(s, b.cfg.prompt, 1), i)
+                pin = Pinner(s)
+                pin.smallest(b.cfg.prompt, 1)
+                best = (_int(pin.model, b.cfg.prompt), i)
             except Undecided as e:
                 return Verdict33("UNKNOWN", time.monotonic() - t0, note=f"undecided ({e})")
     if best is None:
@@ -398,12 +387,11 @@ def witness(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 1
         s = solver(b, goal, timeout_ms)
         if s.check() != z3.sat:
             continue
-        s.set("timeout", PIN_MS)
         try:
-            _smallest(s, b.cfg.prompt, 1)
+            Pinner(s).smallest(b.cfg.prompt, 1)
             _pin(s, b)
             if b.candidate is not None:  # the least valid hit: one witness, run to run
-                _smallest(s, b.candidate, 1)
+                Pinner(s).smallest(b.candidate, 1)
                 if s.check() != z3.sat:
                     raise Undecided("pinned witness")
         except Undecided as e:
