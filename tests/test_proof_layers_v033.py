@@ -52,6 +52,9 @@ LAYOUTS = {
 # align size tracked
 LOOPS = [(False, False, False), (False, False, True), (True, False, True),
          (True, True, True), (True, True, False)]
+# (reround, rerun, aligned, stored): each semantics tracking OK (loads-stored-only)
+STORED_LOOPS = [(False, False, False, True), (True, False, False, True),
+                (True, True, False, True)]
 
 
 def _check(q: list[z3.BoolRef]) -> z3.CheckSatResult:
@@ -62,9 +65,8 @@ def _check(q: list[z3.BoolRef]) -> z3.CheckSatResult:
 
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
-@pytest.mark.parametrize("flags", LOOPS)
-def test_loop_proof_instantiates_to_layout(name: str, flags: tuple[bool, bool, bool]
-                                           ) -> None:
+@pytest.mark.parametrize("flags", LOOPS + STORED_LOOPS)
+def test_loop_proof_instantiates_to_layout(name: str, flags: tuple[bool, ...]) -> None:
     kinds = LAYOUTS[name]
     lp = abstract.loop(*flags)
     pin = [lp.n == len(kinds), lp.f == kinds.count("full_attention")]
@@ -160,6 +162,15 @@ def test_every_assumption_has_its_lemma() -> None:
                 assert all(f"lemma {a} ({k})" in names for k in turn_v033.KINDS), a
         assert set(lemmas.assumed(sem.reround_mamba, sem.reround_rerun, True)) <= set(
             lemmas.LEMMAS)
+        # loads-stored-only: post for every kind, down for full attention (the only
+        # groups the loop applies it to)
+        pre = ("same-block-size",) if semantics == "alt-v033-reround-mamba" else ()
+        names = {n for n, _ in proof_queries("loads-stored-only", sem, pre)}
+        stored = lemmas.assumed(sem.reround_mamba, sem.reround_rerun, False, True)
+        assert {"post", "down"} <= set(stored) <= set(lemmas.LEMMAS)
+        assert all(f"lemma post ({k})" in names for k in turn_v033.KINDS)
+        assert "lemma down (full_attention)" in names
+        assert all(f"property from the summary ({k})" in names for k in turn_v033.KINDS)
 
 
 @pytest.mark.slow
@@ -190,6 +201,69 @@ def test_sabotage_dropped_assumption_turns_red(monkeypatch: pytest.MonkeyPatch) 
         n for n in orig(*a) if n != "cut-below"))
     q = dict(abstract.obligations(False, False, False))
     assert _check(q["loop: a turn of any group keeps the invariant"]) == z3.sat
+
+
+def test_sabotage_dropped_ok_assumption_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
+    """loads-stored-only's loop needs post (a turn leaves its group OK) and down (a full
+    attention group stays OK below): without either it cannot keep OK."""
+    q = dict(abstract.obligations(False, False, False, True))
+    assert _check(q["loop: a turn of any group keeps the invariant"]) == z3.unsat
+    orig = lemmas.assumed
+    for dropped in ("post", "down"):
+        monkeypatch.setattr(abstract, "assumed", lambda *a, d=dropped: tuple(
+            n for n in orig(*a) if n != d))
+        q = dict(abstract.obligations(False, False, False, True))
+        assert _check(q["loop: a turn of any group keeps the invariant"]) == z3.sat, dropped
+
+
+@pytest.mark.slow
+def test_loads_stored_only_summary_gives_the_property() -> None:
+    """The property from the loop's summary (OK at the final bound: the loaded chunks
+    lie within the chunks the lookup confirmed) for every kind, and the down lemma."""
+    sem = get_semantics("vllm-0.33.0")
+    for name, build in proof_queries("loads-stored-only", sem, ()):
+        if name.startswith(("property", "lemma down", "lemma division", "loop")):
+            assert _check(build()) == z3.unsat, name
+
+
+def _small(cfg: turn_v033.Cfg, st: Any, t: Any) -> list[z3.BoolRef]:
+    return [cfg.gpu[0] <= 3, cfg.bpc == 1, cfg.prompt <= 12]  # a quick sat
+
+
+def test_sabotage_unguarded_post_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropping the not-deferred guard of post (a deferred lookup confirmed nothing)
+    makes its lemma fail."""
+    sem = get_semantics("vllm-0.33.0")
+    assert _check(lemma_turn(sem, (), "post", "full_attention")) == z3.unsat
+
+    def unguarded(t: Any, ok_m2: z3.BoolRef) -> z3.BoolRef:
+        return z3.Implies(z3.And(z3.Not(t.too_short), z3.Not(t.no_hit)), ok_m2)
+
+    monkeypatch.setitem(lemmas.LEMMAS, "post", replace(lemmas.LEMMAS["post"], fact=unguarded))
+    assert _check(lemma_turn(sem, (), "post", "full_attention", _small)) == z3.sat
+
+
+def test_same_block_size_needed_by_the_fix() -> None:
+    """Finding 001's proposed fix without same-block-size: the round-down can move a
+    confirmed window to chunks not looked at, and lemma post fails for a sliding window
+    (the bounded encoding's counterexample over accepted layouts)."""
+    sem = get_semantics("alt-v033-reround-mamba")
+    assert _check(lemma_turn(sem, (), "post", "sliding_window", _small)) == z3.sat
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("semantics", SEMANTICS)
+def test_loads_stored_only_proved(semantics: str) -> None:
+    """The whole layered proof of loads-stored-only (every layout), with the
+    preconditions its row takes; the completed fix's window lemma needs no
+    same-block-size, the proposed fix's does."""
+    sem = get_semantics(semantics)
+    pre = ("same-block-size",) if semantics == "alt-v033-reround-mamba" else ()
+    assert prove("loads-stored-only", sem, pre, 300_000)[0] == "PROVED"
+    if semantics == "alt-v033-reround-mamba-rerun":
+        status, where, _ = prove("loads-stored-only", get_semantics(
+            "alt-v033-reround-mamba-rerun"), (), 300_000)
+        assert status == "PROVED"
 
 
 def test_precondition_needed_on_0_33_0() -> None:
