@@ -53,6 +53,7 @@ class Loop:
     aligned: bool  # the invariant tracks the align size (no-partial-state)
     ok: z3.FuncDeclRef  # OK(g, y): the chunks group g needs for a hit ending at y are HITs
     stored: bool  # the invariant tracks OK (loads-stored-only)
+    whole: bool  # the invariant tracks the hit against the chunks (whole-blocks)
 
 
 @dataclass(frozen=True)
@@ -69,14 +70,17 @@ class St:
     started: z3.BoolRef  # some turn ran
     ms: z3.ArithRef  # max_hit_size_tokens when this pass began
     fresh_all: z3.BoolRef  # a pass of every group, before its first turn
+    wl: z3.ArithRef = z3.IntVal(0)  # the group of the last turn
 
 
-def loop(reround: bool, rerun: bool, aligned: bool, stored: bool = False) -> Loop:
+def loop(reround: bool, rerun: bool, aligned: bool, stored: bool = False,
+         whole: bool = False) -> Loop:
     i = z3.IntSort()
     return Loop(z3.Int("groups"), z3.Int("full_groups"), z3.Int("nc"), z3.Int("m0"),
                 z3.Function("tpc", i, i), z3.Bool("align_on"),
                 z3.Function("MA", i, z3.BoolSort()), z3.Function("MUL", i, i, z3.BoolSort()),
-                reround, rerun, aligned, z3.Function("OK", i, i, z3.BoolSort()), stored)
+                reround, rerun, aligned, z3.Function("OK", i, i, z3.BoolSort()), stored,
+                whole)
 
 
 def fresh(name: str) -> St:
@@ -84,7 +88,7 @@ def fresh(name: str) -> St:
                                               ("k", "m", "num_hit", "next", "ms")))
     b = z3.Bools(" ".join(f"{name}_{v}" for v in ("defer", "looked", "halted", "started",
                                                   "fresh_all")))
-    return St(k, m, num_hit, b[0], b[1], nxt, b[2], b[3], ms, b[4])
+    return St(k, m, num_hit, b[0], b[1], nxt, b[2], b[3], ms, b[4], z3.Int(f"{name}_wl"))
 
 
 def _in(lp: Loop, g: z3.ArithRef) -> z3.BoolRef:
@@ -141,7 +145,7 @@ def turn(lp: Loop, s: St, tag: str) -> tuple[St, list[z3.BoolRef], Step]:
         looked=z3.Or(s.looked, windowed),  # scheduler.py:1011
         next=z3.If(next_all, z3.IntVal(ALL), z3.If(next_sw, z3.IntVal(SW), nxt)),
         halted=z3.Or(too_short, no_hit, shrank), started=z3.BoolVal(True), ms=s.ms,
-        fresh_all=z3.BoolVal(False),
+        fresh_all=z3.BoolVal(False), wl=g,
     )
     return after, facts, t
 
@@ -173,11 +177,24 @@ def _ok_now(lp: Loop, s: St, g: z3.ArithRef) -> z3.BoolRef:
                    lp.ok(g, s.m)))
 
 
+def _whole_now(lp: Loop, s: St, g: z3.ArithRef) -> z3.BoolRef:
+    """Tracking the hit against the chunks: it covers a chunk of the last turn's group
+    and, while nothing is pending, of every windowed group of this pass (a later cut
+    schedules a pass of the windowed groups; full attention is not looked up again)."""
+    if not lp.whole:
+        return z3.BoolVal(True)
+    return z3.And(
+        z3.Implies(s.started, z3.And(_in(lp, s.wl), s.m - lp.nc >= lp.tpc(s.wl))),
+        z3.Implies(z3.And(lp.f <= g, g < s.k, s.next == NONE, z3.Not(s.defer)),
+                   s.m - lp.nc >= lp.tpc(g)))
+
+
 def invariant(lp: Loop, s: St, g: z3.ArithRef | None = None) -> z3.BoolRef:
     """Before the turn of group ``s.k`` of a pass; the "every group" part at ``g``."""
     nc = lp.nc
+    at = z3.IntVal(-1) if g is None else g
     return z3.And(
-        _ok_now(lp, s, z3.IntVal(-1) if g is None else g),
+        _ok_now(lp, s, at), _whole_now(lp, s, at),
         z3.Not(s.halted), 0 <= s.k, s.k <= lp.n,
         z3.Implies(s.started, z3.And(s.num_hit == s.m - nc, s.m - nc >= 1)),
         z3.Implies(z3.Not(s.started), z3.And(s.k == 0, s.m == lp.m0, s.num_hit == 0,
@@ -200,15 +217,20 @@ def summary(lp: Loop, s: St, g: z3.ArithRef | None = None) -> z3.BoolRef:
         facts.append(z3.Implies(lp.align_on, lp.ma(s.m)))
     if lp.stored and g is not None:
         facts.append(z3.Implies(_in(lp, g), lp.ok(g, s.m)))
+    if lp.whole:  # a chunk of the last turn's group and of every windowed group
+        facts += [_in(lp, s.wl), s.m - lp.nc >= lp.tpc(s.wl)]
+        if g is not None:
+            facts.append(z3.Implies(z3.And(lp.f <= g, g < lp.n),
+                                    s.m - lp.nc >= lp.tpc(g)))
     return z3.Implies(z3.And(z3.Not(s.halted), z3.Not(s.defer)), z3.And(facts))
 
 
-def obligations(reround: bool, rerun: bool, aligned: bool, stored: bool = False
-                ) -> list[tuple[str, list[z3.BoolRef]]]:
+def obligations(reround: bool, rerun: bool, aligned: bool, stored: bool = False,
+                whole: bool = False) -> list[tuple[str, list[z3.BoolRef]]]:
     """(name, query) pairs; each query must be unsatisfiable. Together: for every layout
     and every run of the loop, the loop stops and its end satisfies ``summary``. What is
     shown at the fresh group ``g`` holds for every group."""
-    lp = loop(reround, rerun, aligned, stored)
+    lp = loop(reround, rerun, aligned, stored, whole)
     g = z3.Int("any_group")
     base = [lp.n >= 1, 0 <= lp.f, lp.f <= lp.n, lp.nc >= 0]
     if aligned:

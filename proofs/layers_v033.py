@@ -21,7 +21,14 @@ loads-stored-only, as for 0.24.0 (``proofs.layers``): the loop tracks ``OK(g, y)
 lemma post (a turn that neither stops, defers nor has its window cut by the fix's
 round-down leaves its group OK) and lemma down (full attention stays OK below); the
 final step shows that what each group loads (``turn_v033.load_plan``) lies within what
-OK covers. The nonlinear quotients get instances of two small arithmetic lemmas
+OK covers. whole-blocks (not routed: ``whole_query``): the loop tracks the hit against
+the last turn's chunk and every windowed group's; the final step closes for a
+full-attention group beside a windowed one (full-chunk-within-windowed names it) but not
+in a layout of full-attention groups alone, where the precondition holds vacuously and
+a later full-attention group can cut the hit inside an earlier one's chunk
+(tests/scenarios/vllm-0.33.0-whole-blocks: model and real 0.33.0 agree); those rows
+keep the bounded check's verdict (its scope has one full-attention group). The nonlinear
+quotients get instances of two small arithmetic lemmas
 (``division_facts``: division-monotone, division-exact), each proved by its own query.
 """
 
@@ -67,6 +74,11 @@ def _aligned(thm: str) -> bool:
     return thm == "no-partial-state"
 
 
+def _whole(thm: str) -> bool:
+    """The loop tracks the hit against the chunks (``proofs.abstract_v033``)."""
+    return thm == "whole-blocks"
+
+
 def _stored(thm: str) -> bool:
     """The loop tracks OK (``proofs.abstract_v033``): what each group loads is HIT."""
     return thm == "loads-stored-only"
@@ -78,14 +90,16 @@ class _Setup:
     cfg: T.Cfg
     d: T.D
     premises: list[z3.BoolRef]
+    env: T.Env
 
 
 def _setup(assumed: Sequence[str], kinds: Sequence[str]) -> _Setup:
     enc = Enc()
     cfg = T.symbolic_config(kinds)
-    d = T.derive(enc, cfg, T.symbolic_env())
+    env = T.symbolic_env()
+    d = T.derive(enc, cfg, env)
     premises = [T.startup(enc, cfg)] + [T.precondition(p, enc, cfg, d) for p in assumed]
-    return _Setup(enc, cfg, d, premises)
+    return _Setup(enc, cfg, d, premises, env)
 
 
 def _finish(enc: Enc, cons: list[z3.BoolRef]) -> list[z3.BoolRef]:
@@ -198,6 +212,37 @@ def lemma_initial(assumed: Sequence[str]) -> list[z3.BoolRef]:
     return _finish(x.enc, x.premises + [z3.Not(claim)])
 
 
+# whole-blocks' final step for a full-attention group (group 0): the other group of the
+# query is the windowed group full-chunk-within-windowed names, or, in a layout without
+# one, the group of the loop's last turn (the summary bounds the hit by their chunks)
+WHOLE_CASES = {"a sliding-window group": T.SW, "a Mamba group": T.MAMBA,
+               "no windowed group": T.FA}
+
+
+def whole_query(assumed: Sequence[str], kind: str, case: str | None = None
+                ) -> list[z3.BoolRef]:
+    """whole-blocks at the loop's end for a group of ``kind`` (a full-attention group:
+    in ``case``), from ``proofs.abstract_v033.summary``: the hit covers a chunk of the
+    last turn's group and of every windowed group."""
+    other = WHOLE_CASES[case] if kind == T.FA and case is not None else None
+    x = _setup(assumed, (kind,) if other is None else (kind, other))
+    enc, cfg, d = x.enc, x.cfg, x.d
+    y = z3.Int("final_max_hit")
+    nc = cfg.computed
+    facts = [y - nc >= 1, y <= T.initial_max_hit(enc, cfg, d)]
+    if kind != T.FA:  # a windowed group: the summary's chunk bound at it
+        facts.append(y - nc >= d.tpc[0])
+    elif other == T.FA:  # no windowed group: the last turn's group is group 1
+        facts += [z3.Not(x.env.has_windowed), y - nc >= d.tpc[1]]
+    else:  # the windowed group the precondition names is group 1
+        facts.append(y - nc >= d.tpc[1])
+    st = State(y, y - nc, z3.BoolVal(False), z3.BoolVal(False), (z3.BoolVal(False),) *
+               len(cfg.kinds), z3.IntVal(NEXT_NONE), z3.BoolVal(False))
+    r = T.result_of(enc, cfg, d, st, [0])
+    violation = z3.And(T.active(r), r.hit < d.tpc[0])
+    return _finish(enc, x.premises + facts + [violation])
+
+
 def final_query(thm: str, assumed: Sequence[str], kind: str) -> list[z3.BoolRef]:
     """The property at the loop's end for a group of ``kind`` of an unknown layout, from
     ``proofs.abstract_v033.summary`` read exactly: the loop ended neither stopped nor
@@ -224,7 +269,7 @@ def final_query(thm: str, assumed: Sequence[str], kind: str) -> list[z3.BoolRef]
 
 def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Query]:
     """Every query of the layered proof: each must be unsatisfiable."""
-    aligned, stored = _aligned(thm), _stored(thm)
+    aligned, stored, whole = _aligned(thm), _stored(thm), _whole(thm)
     names = loop_assumes(sem.reround_mamba, sem.reround_rerun, aligned, stored)
     out: list[Query] = list(ARITHMETIC) if stored else []
     for name in names:
@@ -234,9 +279,16 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
         for kind in (T.FA,) if name == "down" else T.KINDS:  # down: full attention's
             out.append((f"lemma {name} ({kind})",
                         partial(lemma_turn, sem, assumed, name, kind)))
-    for name, q in obligations(sem.reround_mamba, sem.reround_rerun, aligned, stored):
+    for name, q in obligations(sem.reround_mamba, sem.reround_rerun, aligned, stored,
+                               whole):
         out.append((name, partial(list, q)))
-    if thm != "termination":
+    if whole:
+        for kind in T.KINDS:
+            for case in WHOLE_CASES if kind == T.FA else (None,):
+                where = f"{kind}, {case}" if case else kind
+                out.append((f"property from the summary ({where})",
+                            partial(whole_query, assumed, kind, case)))
+    elif thm != "termination":
         kinds = ((T.MAMBA,) if thm == "no-partial-state" else T.KINDS if stored
                  else (T.FA,))
         for kind in kinds:  # a property of the Mamba groups / of the layout

@@ -230,6 +230,13 @@ def precondition(name: str, enc: Enc, cfg: Cfg, d: D) -> z3.BoolRef:
         # a few groups of an unknown layout: what it gives them (one GPU block size, one
         # blocks_per_chunk): each chunk is the Mamba align group's
         return z3.Implies(d.align_on, z3.And([t == d.align for t in d.tpc]))
+    if name == "full-chunk-within-windowed":  # finding 002
+        windowed = [t for t, k in zip(d.tpc, cfg.kinds, strict=True) if k != FA]
+        # a few groups of an unknown layout: the windowed group it names for a full
+        # attention group is one of them (proofs.layers_v033 picks the cases)
+        return z3.And([z3.Or([t <= w for w in windowed])
+                       for t, k in zip(d.tpc, cfg.kinds, strict=True)
+                       if k == FA and windowed])
     if name == "mamba-mode-not-all":
         return z3.BoolVal(True)  # 0.33.0 has no mode "all"
     raise ValueError(f"precondition {name!r}: not in the layered 0.33.0 proof")

@@ -18,6 +18,7 @@ cannot be fooled by an unproved assumption; its exact unbounded turn
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import random
 import sys
@@ -38,8 +39,9 @@ from proofs import abstract_v033 as abstract
 from proofs import turn_v033
 from proofs.conformance_turn_v033 import encode_scenario, in_scope
 from proofs.encoding import Enc, fresh_state
-from proofs.layers_v033 import lemma_turn, proof_queries, prove
+from proofs.layers_v033 import lemma_turn, proof_queries, prove, whole_query
 
+ROOT = Path(__file__).resolve().parents[1]
 SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun")
 LAYOUTS = {
     "pure Mamba": ("mamba",),
@@ -55,6 +57,8 @@ LOOPS = [(False, False, False), (False, False, True), (True, False, True),
 # (reround, rerun, aligned, stored): each semantics tracking OK (loads-stored-only)
 STORED_LOOPS = [(False, False, False, True), (True, False, False, True),
                 (True, True, False, True)]
+# (reround, rerun, aligned, stored, whole): tracking the hit against the chunks
+WHOLE_LOOPS = [(False, False, False, False, True), (True, True, False, False, True)]
 
 
 def _check(q: list[z3.BoolRef]) -> z3.CheckSatResult:
@@ -65,7 +69,7 @@ def _check(q: list[z3.BoolRef]) -> z3.CheckSatResult:
 
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
-@pytest.mark.parametrize("flags", LOOPS + STORED_LOOPS)
+@pytest.mark.parametrize("flags", LOOPS + STORED_LOOPS + WHOLE_LOOPS)
 def test_loop_proof_instantiates_to_layout(name: str, flags: tuple[bool, ...]) -> None:
     kinds = LAYOUTS[name]
     lp = abstract.loop(*flags)
@@ -264,6 +268,39 @@ def test_loads_stored_only_proved(semantics: str) -> None:
         status, where, _ = prove("loads-stored-only", get_semantics(
             "alt-v033-reround-mamba-rerun"), (), 300_000)
         assert status == "PROVED"
+
+
+WHOLE_PRE = ("full-chunk-within-windowed",)
+
+
+@pytest.mark.parametrize("semantics", [SEMANTICS[0], *(
+    pytest.param(s, marks=pytest.mark.slow) for s in SEMANTICS[1:])])
+def test_whole_blocks_layered_closes_but_for_full_attention_alone(semantics: str) -> None:
+    """whole-blocks with full-chunk-within-windowed: every layered query is proved except
+    the final step for a layout of full-attention groups alone, where the precondition
+    holds vacuously; that case is sat (tests/scenarios/vllm-0.33.0-whole-blocks: the
+    model and the real 0.33.0 scheduler agree on a hit inside a chunk)."""
+    sem = get_semantics(semantics)
+    for name, build in proof_queries("whole-blocks", sem, WHOLE_PRE):
+        if name.startswith("lemma"):
+            continue  # the lemmas no-partial-state's tests prove
+        want = z3.sat if "no windowed group" in name else z3.unsat
+        assert _check(build()) == want, name
+
+
+def test_whole_blocks_full_attention_alone_replays() -> None:
+    o = evaluate(parse_scenario(json.loads((ROOT / "tests/scenarios/vllm-0.33.0-whole-blocks/"
+                                            "two-full-attention-groups.json").read_text())))
+    assert o.hit_tokens == 2 and [v.invariant for v in o.violations] == ["whole-blocks"]
+
+
+def test_whole_blocks_precondition_needed() -> None:
+    """Without full-chunk-within-windowed the final step fails for a full-attention
+    group beside a windowed one (finding 002); with one full-attention chunk size in a
+    layout without windowed groups (what the precondition would need to add) it closes."""
+    assert _check(whole_query((), "full_attention", "a Mamba group")) == z3.sat
+    q = whole_query(WHOLE_PRE, "full_attention", "no windowed group")
+    assert _check(q + [z3.Int("tokens_per_chunk0") <= z3.Int("tokens_per_chunk1")]) == z3.unsat
 
 
 def test_precondition_needed_on_0_33_0() -> None:
