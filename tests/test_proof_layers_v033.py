@@ -252,7 +252,15 @@ def test_same_block_size_needed_by_the_fix() -> None:
     confirmed window to chunks not looked at, and lemma post fails for a sliding window
     (the bounded encoding's counterexample over accepted layouts)."""
     sem = get_semantics("alt-v033-reround-mamba")
-    assert _check(lemma_turn(sem, (), "post", "sliding_window", _small)) == z3.sat
+
+    def found(cfg: turn_v033.Cfg, st: Any, t: Any) -> list[z3.BoolRef]:
+        # the bounded encoding's counterexample's sizes: window 3 in blocks of 3, Mamba 4
+        w = cfg.window[0]
+        assert w is not None
+        return [cfg.gpu[0] == 3, cfg.bpc == 1, w == 3, cfg.prompt == 9,
+                z3.Int("mamba_gpu_block_size") == 4]
+
+    assert _check(lemma_turn(sem, (), "post", "sliding_window", found)) == z3.sat
 
 
 @pytest.mark.slow
