@@ -272,10 +272,6 @@ def test_loads_stored_only_proved(semantics: str) -> None:
     sem = get_semantics(semantics)
     pre = ("same-block-size",) if semantics == "alt-v033-reround-mamba" else ()
     assert prove("loads-stored-only", sem, pre, 300_000)[0] == "PROVED"
-    if semantics == "alt-v033-reround-mamba-rerun":
-        status, where, _ = prove("loads-stored-only", get_semantics(
-            "alt-v033-reround-mamba-rerun"), (), 300_000)
-        assert status == "PROVED"
 
 
 WHOLE_PRE = ("full-chunk-within-windowed",)
