@@ -234,6 +234,14 @@ def _small(cfg: turn_v033.Cfg, st: Any, t: Any) -> list[z3.BoolRef]:
     return [cfg.gpu[0] <= 3, cfg.bpc == 1, cfg.prompt <= 12]  # a quick sat
 
 
+def test_sabotage_summary_without_ok_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The final step needs the summary's OK: without it a loaded chunk may be missing."""
+    sem = get_semantics("vllm-0.33.0")
+    monkeypatch.setattr(turn_v033, "chunks_ok", lambda *a: z3.BoolVal(True))
+    q = dict(proof_queries("loads-stored-only", sem, ()))
+    assert _check(q["property from the summary (full_attention)"]()) == z3.sat
+
+
 def test_sabotage_unguarded_post_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dropping the not-deferred guard of post (a deferred lookup confirmed nothing)
     makes its lemma fail."""
@@ -296,6 +304,18 @@ def test_whole_blocks_full_attention_alone_replays() -> None:
     o = evaluate(parse_scenario(json.loads((ROOT / "tests/scenarios/vllm-0.33.0-whole-blocks/"
                                             "two-full-attention-groups.json").read_text())))
     assert o.hit_tokens == 2 and [v.invariant for v in o.violations] == ["whole-blocks"]
+
+
+@pytest.mark.parametrize("path", [
+    "docs/counterexamples/loads-stored-only--alt-v033-reround-mamba--accepted.json",
+    "tests/scenarios/vllm-0.33.0-whole-blocks/two-full-attention-groups.json"])
+def test_violation_formulas_conform_on_violations(path: str) -> None:
+    """The exact turn's loads-stored-only and whole-blocks formulas agree with model/ on
+    a scenario that breaks each (generated scenarios rarely do)."""
+    s = parse_scenario(json.loads((ROOT / path).read_text()))
+    o = evaluate(s)
+    assert o.violations
+    conforms(s)
 
 
 def test_whole_blocks_precondition_needed() -> None:
