@@ -1,4 +1,5 @@
-"""Finding 003: the hit tokens a ``max_load_tokens`` cap below the prompt loses on 0.33.0.
+"""Finding 003: the hit tokens a ``max_load_tokens`` cap below the prompt loses on 0.33.0,
+and what its proposed fix (``alt-v033-cap-min``, docs/findings/003-fix.diff) regains.
 
     python bench/load_cap_loss.py [--json FILE]
 
@@ -10,8 +11,11 @@ below the prompt's last token). It compares the hit with the largest valid hit
 (``model.maximality_v033``, complete chunks; ``2 L`` and ``L`` keep every rule). Rows
 with an EAGLE group are left out: their trailing chunk is given away on purpose
 (finding 003, last section). On the rows with ``L <= 160`` it also tries every cap from 1
-to ``2 L`` and lists the caps that lose tokens (``sweep``). Deterministic: no randomness.
-Exit 0 (it measures).
+to ``2 L`` and lists the caps that lose tokens (``sweep``). Each lookup runs on 0.33.0 as
+released (``hit``) and with finding 003's fix (``fix_hit``, semantics ``alt-v033-cap-min``):
+``regained`` = ``fix_hit - hit``, ``fix_lost`` = ``valid - fix_hit``; the sweep lists the
+caps where the fix loses tokens and those where it changes the hit. Deterministic: no
+randomness. Exit 0 (it measures).
 """
 
 from __future__ import annotations
@@ -32,19 +36,24 @@ from model.real_layouts import LayoutTemplate, load_templates  # noqa: E402
 from model.scenario import parse_scenario  # noqa: E402
 
 SWEEP_MAX_LCM = 160
+STOCK, FIX = "vllm-0.33.0", "alt-v033-cap-min"
 
 
 def lookup(t: LayoutTemplate, prompt: int, cap: int) -> dict[str, int] | None:
-    """The model's hit, the largest valid hit and the tokens lost, all chunks stored."""
-    raw = t.scenario_json(semantics="vllm-0.33.0", prompt_tokens=prompt)
+    """The model's hit on 0.33.0 and with the fix, the largest valid hit and the tokens
+    each loses, all chunks stored."""
+    raw = t.scenario_json(semantics=STOCK, prompt_tokens=prompt)
     raw["max_load_tokens"] = cap
     s = parse_scenario(raw)
-    o = evaluate(s)
-    if o.refused or not isinstance(o.layout, ChunkLayout) or o.hit_tokens is None:
+    o, f = evaluate(s), evaluate(s, FIX)
+    if (o.refused or not isinstance(o.layout, ChunkLayout) or o.hit_tokens is None
+            or f.hit_tokens is None):
         return None
     best = larger_valid_hit(s, o.layout, o.hit_tokens)
     valid = o.hit_tokens if best is None else best
-    return {"hit": o.hit_tokens, "valid": valid, "lost": valid - o.hit_tokens}
+    return {"hit": o.hit_tokens, "valid": valid, "lost": valid - o.hit_tokens,
+            "fix_hit": f.hit_tokens, "regained": f.hit_tokens - o.hit_tokens,
+            "fix_lost": valid - f.hit_tokens}
 
 
 def measure(t: LayoutTemplate) -> dict[str, Any] | None:
@@ -58,12 +67,17 @@ def measure(t: LayoutTemplate) -> dict[str, Any] | None:
             return None
         out["caps"][str(cap)] = r
     if lcm <= SWEEP_MAX_LCM:
-        lossy = []
+        lossy, fix_lossy, changed = [], [], []
         for cap in range(1, 2 * lcm + 1):
             r = lookup(t, prompt, cap)
             if r is None or r["lost"]:
                 lossy.append(cap)
-        out["sweep"] = {"caps": 2 * lcm, "lossy_caps": lossy}
+            if r is None or r["fix_lost"]:
+                fix_lossy.append(cap)
+            if r is None or r["regained"]:
+                changed.append(cap)
+        out["sweep"] = {"caps": 2 * lcm, "lossy_caps": lossy, "fix_lossy_caps": fix_lossy,
+                        "fix_changed_caps": changed}
     return out
 
 
@@ -78,23 +92,31 @@ def main(argv: list[str] | None = None) -> int:
         m = measure(t)
         if m is not None:
             rows[t.key] = m
-    print(f"{'layout':56} {'L':>6} {'cap':>6} {'hit':>6} {'valid':>6} {'lost':>6}")
+    print(f"{'layout':48} {'L':>6} {'cap':>6} {'valid':>6} {'hit':>6} {'lost':>6} "
+          f"{'fix':>6} {'regain':>6} {'fixlost':>7}")
     for key, r in rows.items():
         for cap, c in r["caps"].items():
-            print(f"{key:56} {r['lcm_chunk']:>6} {cap:>6} {c['hit']:>6} {c['valid']:>6} "
-                  f"{c['lost']:>6}")
+            print(f"{key:48} {r['lcm_chunk']:>6} {cap:>6} {c['valid']:>6} {c['hit']:>6} "
+                  f"{c['lost']:>6} {c['fix_hit']:>6} {c['regained']:>6} {c['fix_lost']:>7}")
     cases = [c for r in rows.values() for c in r["caps"].values()]
     lossy = [c for c in cases if c["lost"]]
     print(f"rows {len(rows)}, lookups {len(cases)}, lossy {len(lossy)}, "
           f"tokens lost {sum(c['lost'] for c in lossy):,}, "
           f"largest loss {max((c['lost'] for c in lossy), default=0):,}")
+    print(f"with the fix ({FIX}): lossy {sum(1 for c in cases if c['fix_lost'])}, "
+          f"tokens regained {sum(c['regained'] for c in cases):,}, "
+          f"hit lowered {sum(1 for c in cases if c['regained'] < 0)}")
     swept = {k: r["sweep"] for k, r in rows.items() if "sweep" in r}
     only_multiples = all(c % rows[k]["lcm_chunk"] == 0 for k, sw in swept.items()
                          for c in sw["lossy_caps"])
     print(f"sweep (every cap 1..2L, rows with L <= {SWEEP_MAX_LCM}): rows {len(swept)}, "
           f"caps {sum(sw['caps'] for sw in swept.values()):,}, lossy "
           f"{sum(len(sw['lossy_caps']) for sw in swept.values())}, "
-          f"all lossy caps multiples of L: {only_multiples}")
+          f"all lossy caps multiples of L: {only_multiples}; with the fix lossy "
+          f"{sum(len(sw['fix_lossy_caps']) for sw in swept.values())}, hit changed "
+          f"{sum(len(sw['fix_changed_caps']) for sw in swept.values())} "
+          f"(the stock lossy caps: "
+          f"{all(sw['fix_changed_caps'] == sw['lossy_caps'] for sw in swept.values())})")
     if a.json is not None:
         a.json.write_text(json.dumps({"layouts": rows}, indent=1, sort_keys=True) + "\n")
     return 0

@@ -415,7 +415,8 @@ def initial_state(enc: Enc33, cfg: Config33, d: Derived33, sem: Semantics) -> St
     m = z3.If(cfg.has_new_cap, zmin(m, nc + cfg.new_cap), m)  # scheduler.py:863
     m = z3.If(cfg.has_load_cap, zmin(m, nc + cfg.load_cap), m)  # scheduler.py:867
     if d.windowed_any:
-        m = m - 1  # scheduler.py:876: recompute the last prompt token
+        # scheduler.py:876: recompute the last prompt token (finding 003's fix: a minimum)
+        m = zmin(m, cfg.prompt - 1) if sem.cap_min else m - 1
         m = z3.If(d.align_on, enc.round_down(m, d.align, enc.scope.chunks + 1), m)  # :877
     n = len(cfg.kinds)
     return State33(enc.name(m, "max_hit"), z3.IntVal(0), z3.BoolVal(False),
