@@ -349,7 +349,7 @@ ENCODING_SABOTAGES = {
     # scheduler.py:1000: a non-EAGLE group's tightening clears eagle_verified
     "eagle-verified-clear": ("verified = [z3.And(v, z3.Not(clear)) for v in verified]", ""),
     # finding 003's fix (alt-v033-cap-min): the last-token rule as a minimum, not :876's -1
-    "cap-min": ("m = zmin(m, cfg.prompt - 1) if sem.cap_min else m - 1", "m = m - 1"),
+    "cap-min": ("last_first = d.windowed_any and sem.cap_min", "last_first = False"),
     # scheduler.py:1129: a missing bridge chunk lowers max_boundary below the bridge
     "tail-bridge-miss": (
         'mb_q = enc.name(z3.If(missed, bridge_q - 1, mb_q), "max_boundary_q")', ""),

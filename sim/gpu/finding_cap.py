@@ -14,16 +14,18 @@ The model is the tiny random-weight Mamba-1 model of ``sim/gpu/driver.py`` (floa
 16, ``mamba_cache_mode="align"``, prefix caching, the OffloadingConnector with a CPU tier),
 built here with transformers from seed 0. One 33-token prompt P (a fixed token list):
 
-1. ``cold``: P, 12 greedy tokens; its chunks (ending at tokens 16 and 32) go to the CPU
-   tier. Then the GPU prefix cache is reset (the CPU tier kept).
+1. ``cold``: P, 12 greedy tokens; its chunks go to the CPU tier (in align mode a prefill
+   saves the Mamba state only at its last aligned boundary, 32, so the tier holds that
+   key and not the one ending at 16: ``tier_held_after_cold``). Then the GPU prefix
+   cache is reset (the CPU tier kept).
 2. ``cap32``: P again with ``kv_transfer_params = {"max_load_tokens": 32}`` (through
-   ``SamplingParams.extra_args``, as the OpenAI server passes it). 0.33.0 answers 16
-   (the cap 32, minus the last-token token, rounded down to the Mamba chunk), the fix 32.
-   GPU prefix cache reset again.
+   ``SamplingParams.extra_args``, as the OpenAI server passes it). 0.33.0 lowers the
+   bound to 31 and rounds it to 16, whose Mamba key the tier lacks: hit 0, nothing
+   loaded. The fix keeps 32: the state at 32 is loaded. GPU prefix cache reset again.
 3. ``nocap``: P again with no cap: 32 on both (control).
 
-Per step it records the connector's answer (``get_num_new_matched_tokens``), the tokens
-the scheduler counted as loaded externally (``update_state_after_alloc``'s
+Per step it records the connector's answer (``get_num_new_matched_tokens``), the
+tokens the scheduler counted as loaded externally (``update_state_after_alloc``'s
 ``num_external_tokens``), the Mamba keys the load restored (the token their state was
 saved at) and the output tokens, and whether they equal the cold run's.
 """
@@ -54,6 +56,7 @@ class Probe:
         self.sched: Any = None
         self.lookups: list[dict[str, Any]] = []
         self.loads: list[dict[str, Any]] = []
+        self.keys: dict[str, list[list[tuple[bytes, int]]]] = {}
 
     def install(self, sched_mod: Any) -> None:
         cls = sched_mod.OffloadingConnectorScheduler
@@ -71,6 +74,10 @@ class Probe:
             probe.lookups.append({"request": request.request_id, "prompt": request.num_tokens,
                                   "num_computed": num_computed, "hit": out[0],
                                   "max_load_tokens": getattr(st, "max_load_tokens", None)})
+            if st is not None:
+                probe.keys[request.request_id] = [
+                    [(key, st.req_context.get_offload_key_position(key))
+                     for key in gs.offload_keys] for gs in st.group_states]
             return out
 
         def _alloc(self: Any, request: Any, blocks: Any, num_external: int) -> Any:
@@ -91,6 +98,12 @@ class Probe:
         cls.__init__ = _init
         cls.get_num_new_matched_tokens = _lookup
         cls.update_state_after_alloc = _alloc
+
+    def held(self, req_id: str) -> list[str]:
+        """The request's keys the CPU tier holds now, as group:token the key ends at."""
+        chunks = self.sched.manager._policy.chunks
+        return [f"{g}:{pos}" for g, group in enumerate(self.keys.get(req_id, []))
+                for key, pos in group if key in chunks]
 
 
 def build_model(model_dir: str) -> None:
@@ -181,6 +194,9 @@ def run(out_path: str, fix: str | None) -> int:
 
         cold = step("cold", None, None)
         reset()
+        # what the CPU tier holds of the prompt: in align mode a prefill saves the Mamba
+        # state only at its last aligned boundary (32), not at 16
+        result["tier_held_after_cold"] = probe.held(probe.lookups[0]["request"])
         step("cap32", {"kv_transfer_params": {"max_load_tokens": CAP}}, cold)
         reset()
         step("nocap", None, cold)
