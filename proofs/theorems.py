@@ -168,7 +168,8 @@ PRECONDITIONS: dict[str, Precondition] = {
             "(_max_loadable_tokens in offloading_connector.py; it always ends before "
             "the prompt). A cap below the prompt still loses the last-token margin "
             "(scheduler.py:876 subtracts 1 after the caps, :863-870), then the Mamba or "
-            "load-cap round-down (:877, :917) can lose a whole chunk.",
+            "load-cap round-down (:877, :917) can lose a whole chunk (finding 003; its "
+            "fix, alt-v033-cap-min, needs no such precondition).",
         ),
         Precondition(
             "nothing-deferred-or-loading",
