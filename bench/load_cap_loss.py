@@ -1,7 +1,7 @@
 """Finding 003: the hit tokens a ``max_load_tokens`` cap below the prompt loses on 0.33.0,
 and what its proposed fix (``alt-v033-cap-min``, docs/findings/003-fix.diff) regains.
 
-    python bench/load_cap_loss.py [--json FILE]
+    python bench/load_cap_loss.py [--random N] [--json FILE]
 
 For every accepted row of ``docs/layouts-vllm-0.33.0.json`` without an EAGLE group, the
 model (``vllm-0.33.0``) looks up a prompt of ``2 L + 1`` tokens, ``L`` the least common
@@ -14,8 +14,13 @@ with an EAGLE group are left out: their trailing chunk is given away on purpose
 to ``2 L`` and lists the caps that lose tokens (``sweep``). Each lookup runs on 0.33.0 as
 released (``hit``) and with finding 003's fix (``fix_hit``, semantics ``alt-v033-cap-min``):
 ``regained`` = ``fix_hit - hit``, ``fix_lost`` = ``valid - fix_hit``; the sweep lists the
-caps where the fix loses tokens and those where it changes the hit. Deterministic: no
-randomness. Exit 0 (it measures).
+caps where the fix loses tokens and those where it changes the hit. ``--random N``: on
+every accepted row (EAGLE rows too), N seeded random stores (``bench_fix001.draw_store``:
+prompt, GPU hit, stored prefix, a few evicted keys) with a ``max_load_tokens`` drawn from
+1 to the tokens past the GPU hit, every other one a multiple of ``L`` (a cap on a chunk
+boundary of every group, the kind that loses a chunk), the hits of 0.33.0 and of the
+fix side by side: how often the fix raises or lowers the hit and by how many tokens.
+Deterministic (seeded per row). Exit 0 (it measures).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,9 +39,10 @@ from model.evaluate import evaluate  # noqa: E402
 from model.layout_v033 import ChunkLayout  # noqa: E402
 from model.maximality_v033 import larger_valid_hit  # noqa: E402
 from model.real_layouts import LayoutTemplate, load_templates  # noqa: E402
-from model.scenario import parse_scenario  # noqa: E402
+from model.scenario import parse_scenario, scenario_to_json  # noqa: E402
 
 SWEEP_MAX_LCM = 160
+SEED = 3
 STOCK, FIX = "vllm-0.33.0", "alt-v033-cap-min"
 
 
@@ -81,10 +88,48 @@ def measure(t: LayoutTemplate) -> dict[str, Any] | None:
     return out
 
 
+def random_stores(per_row: int) -> dict[str, dict[str, int]]:
+    """Stock vs fix on seeded random stores and caps, per family (EAGLE rows or not)."""
+    from bench_fix001 import draw_store
+
+    out: dict[str, dict[str, int]] = {}
+    for t in load_templates():
+        if not t.accepted:
+            continue
+        fam = out.setdefault("EAGLE rows" if any(g.eagle for g in t.groups)
+                             else "rows without EAGLE",
+                             {"lookups": 0, "raised": 0, "lowered": 0, "tokens_regained": 0,
+                              "tokens_lost": 0})
+        rng = random.Random(f"{SEED}/{t.key}")
+        for _ in range(per_row):
+            s = draw_store(rng, t)
+            room = max(1, s.prompt_tokens - s.num_computed_tokens)
+            lcm = math.lcm(*(g.block_size * (t.blocks_per_chunk or 1) for g in t.groups))
+            cap = rng.randint(1, room)
+            if rng.random() < 0.5 and room >= lcm:  # on a boundary of every chunk
+                cap = lcm * rng.randint(1, room // lcm)
+            s = parse_scenario({**scenario_to_json(s), "max_load_tokens": cap})
+            o, f = evaluate(s), evaluate(s, FIX)
+            if o.refused or o.hit_tokens is None or f.hit_tokens is None:
+                continue
+            fam["lookups"] += 1
+            d = f.hit_tokens - o.hit_tokens
+            fam["raised"] += d > 0
+            fam["lowered"] += d < 0
+            fam["tokens_regained"] += max(d, 0)
+            fam["tokens_lost"] += max(-d, 0)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--random", type=int, default=0, metavar="N",
+                    help="random stores and caps per accepted row (default 0: none)")
     a = ap.parse_args(argv)
+    if not 0 <= a.random <= 100_000:
+        print(f"error: --random: expected 0 to 100000, got {a.random}", file=sys.stderr)
+        return 2
     rows: dict[str, Any] = {}
     for t in load_templates():
         if not t.accepted or any(g.eagle for g in t.groups):
@@ -117,8 +162,17 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(len(sw['fix_changed_caps']) for sw in swept.values())} "
           f"(the stock lossy caps: "
           f"{all(sw['fix_changed_caps'] == sw['lossy_caps'] for sw in swept.values())})")
+    rand = random_stores(a.random) if a.random else {}
+    for fam, r in rand.items():
+        print(f"random stores and caps, {fam} ({a.random} per row): lookups "
+              f"{r['lookups']:,}, fix raises the hit {r['raised']:,} "
+              f"(+{r['tokens_regained']:,} tokens), lowers it {r['lowered']:,} "
+              f"(-{r['tokens_lost']:,} tokens)")
     if a.json is not None:
-        a.json.write_text(json.dumps({"layouts": rows}, indent=1, sort_keys=True) + "\n")
+        data: dict[str, Any] = {"layouts": rows}
+        if rand:
+            data["random"] = {"per_row": a.random, "seed": SEED, "families": rand}
+        a.json.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return 0
 
 
