@@ -1,7 +1,7 @@
 """Finding 003: the hit tokens a ``max_load_tokens`` cap below the prompt loses on 0.33.0,
 and what its proposed fix (``alt-v033-cap-min``, docs/findings/003-fix.diff) regains.
 
-    python bench/load_cap_loss.py [--random N] [--json FILE]
+    python bench/load_cap_loss.py [--random N] [--generated N] [--json FILE]
 
 For every accepted row of ``docs/layouts-vllm-0.33.0.json`` without an EAGLE group, the
 model (``vllm-0.33.0``) looks up a prompt of ``2 L + 1`` tokens, ``L`` the least common
@@ -20,7 +20,10 @@ prompt, GPU hit, stored prefix, a few evicted keys) with a ``max_load_tokens`` d
 1 to the tokens past the GPU hit, every other one a multiple of ``L`` (a cap on a chunk
 boundary of every group, the kind that loses a chunk), the hits of 0.33.0 and of the
 fix side by side: how often the fix raises or lowers the hit and by how many tokens.
-Deterministic (seeded per row). Exit 0 (it measures).
+Deterministic (seeded per row). ``--generated N``: N scenarios of the layered proof's
+conformance generator (``tests/test_proof_layers_v033.scenario_dict``, seed 3: any layout
+of up to 4 groups, HIT_PENDING / RETRY answers, EAGLE), a cap forced on each, stock vs fix
+split by EAGLE. Exit 0 (it measures).
 """
 
 from __future__ import annotations
@@ -121,15 +124,42 @@ def random_stores(per_row: int) -> dict[str, dict[str, int]]:
     return out
 
 
+def generated(n: int) -> dict[str, dict[str, int]]:
+    """Stock vs fix on the layered test's generator, a cap on each (EAGLE or not)."""
+    from tests.test_proof_layers_v033 import scenario_dict
+
+    rng = random.Random(SEED)
+    out: dict[str, dict[str, int]] = {}
+    done = 0
+    while done < n:
+        raw = scenario_dict(rng, STOCK)
+        if "max_load_tokens" not in raw and "max_num_new_tokens" not in raw:
+            raw["max_load_tokens"] = rng.randint(0, raw["prompt_tokens"])
+        s = parse_scenario(raw)
+        o, f = evaluate(s), evaluate(s, FIX)
+        if o.refused or o.hit_tokens is None or f.hit_tokens is None:
+            continue
+        done += 1
+        fam = out.setdefault("EAGLE" if any(g.eagle for g in s.groups) else "no EAGLE",
+                             {"lookups": 0, "raised": 0, "lowered": 0})
+        fam["lookups"] += 1
+        fam["raised"] += f.hit_tokens > o.hit_tokens
+        fam["lowered"] += f.hit_tokens < o.hit_tokens
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--random", type=int, default=0, metavar="N",
                     help="random stores and caps per accepted row (default 0: none)")
+    ap.add_argument("--generated", type=int, default=0, metavar="N",
+                    help="generated scenarios with a cap (default 0: none)")
     a = ap.parse_args(argv)
-    if not 0 <= a.random <= 100_000:
-        print(f"error: --random: expected 0 to 100000, got {a.random}", file=sys.stderr)
-        return 2
+    for name, value in (("random", a.random), ("generated", a.generated)):
+        if not 0 <= value <= 1_000_000:
+            print(f"error: --{name}: expected 0 to 1000000, got {value}", file=sys.stderr)
+            return 2
     rows: dict[str, Any] = {}
     for t in load_templates():
         if not t.accepted or any(g.eagle for g in t.groups):
@@ -168,8 +198,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['lookups']:,}, fix raises the hit {r['raised']:,} "
               f"(+{r['tokens_regained']:,} tokens), lowers it {r['lowered']:,} "
               f"(-{r['tokens_lost']:,} tokens)")
+    gen = generated(a.generated) if a.generated else {}
+    for fam, r in sorted(gen.items()):
+        print(f"generated with a cap, {fam}: lookups {r['lookups']:,}, fix raises the hit "
+              f"{r['raised']:,}, lowers it {r['lowered']:,}")
     if a.json is not None:
         data: dict[str, Any] = {"layouts": rows}
+        if gen:
+            data["generated"] = {"n": a.generated, "seed": SEED, "families": gen}
         if rand:
             data["random"] = {"per_row": a.random, "seed": SEED, "families": rand}
         a.json.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
