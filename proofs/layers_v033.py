@@ -204,10 +204,10 @@ def lemma_turn(sem: Semantics, assumed: Sequence[str], name: str, kind: str,
     return _finish(x.enc, x.premises + helpers + ([z3.Not(claim)] if negated else []))
 
 
-def lemma_initial(assumed: Sequence[str]) -> list[z3.BoolRef]:
+def lemma_initial(assumed: Sequence[str], cap_min: bool = False) -> list[z3.BoolRef]:
     """initial-aligned, on the exact initial max hit of an unknown layout."""
     x = _setup(assumed, (T.FA,))
-    m0 = T.initial_max_hit(x.enc, x.cfg, x.d)
+    m0 = T.initial_max_hit(x.enc, x.cfg, x.d, cap_min)
     claim = fact("initial-aligned", x.d.align_on, _ma(x.enc, x.d, m0, "m0_in_align"))
     return _finish(x.enc, x.premises + [z3.Not(claim)])
 
@@ -219,8 +219,8 @@ WHOLE_CASES = {"a sliding-window group": T.SW, "a Mamba group": T.MAMBA,
                "no windowed group": T.FA}
 
 
-def whole_query(assumed: Sequence[str], kind: str, case: str | None = None
-                ) -> list[z3.BoolRef]:
+def whole_query(assumed: Sequence[str], kind: str, case: str | None = None,
+                cap_min: bool = False) -> list[z3.BoolRef]:
     """whole-blocks at the loop's end for a group of ``kind`` (a full-attention group:
     in ``case``), from ``proofs.abstract_v033.summary``: the hit covers a chunk of the
     last turn's group and of every windowed group."""
@@ -229,7 +229,7 @@ def whole_query(assumed: Sequence[str], kind: str, case: str | None = None
     enc, cfg, d = x.enc, x.cfg, x.d
     y = z3.Int("final_max_hit")
     nc = cfg.computed
-    facts = [y - nc >= 1, y <= T.initial_max_hit(enc, cfg, d)]
+    facts = [y - nc >= 1, y <= T.initial_max_hit(enc, cfg, d, cap_min)]
     if kind != T.FA:  # a windowed group: the summary's chunk bound at it
         facts.append(y - nc >= d.tpc[0])
     elif other == T.FA:  # no windowed group: the last turn's group is group 1
@@ -243,7 +243,8 @@ def whole_query(assumed: Sequence[str], kind: str, case: str | None = None
     return _finish(enc, x.premises + facts + [violation])
 
 
-def final_query(thm: str, assumed: Sequence[str], kind: str) -> list[z3.BoolRef]:
+def final_query(thm: str, assumed: Sequence[str], kind: str, cap_min: bool = False
+                ) -> list[z3.BoolRef]:
     """The property at the loop's end for a group of ``kind`` of an unknown layout, from
     ``proofs.abstract_v033.summary`` read exactly: the loop ended neither stopped nor
     deferred with max_hit_size_tokens ``y`` (num_hit_tokens = y - num_computed_tokens),
@@ -253,7 +254,7 @@ def final_query(thm: str, assumed: Sequence[str], kind: str) -> list[z3.BoolRef]
     enc, cfg, d = x.enc, x.cfg, x.d
     y = z3.Int("final_max_hit")
     nc = cfg.computed
-    m0 = T.initial_max_hit(enc, cfg, d)
+    m0 = T.initial_max_hit(enc, cfg, d, cap_min)
     facts = [y - nc >= 1, y <= m0]
     if _aligned(thm):
         facts.append(z3.Implies(d.align_on, y == d.align * z3.Int("final_in_align")))
@@ -274,7 +275,7 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
     out: list[Query] = list(ARITHMETIC) if stored else []
     for name in names:
         if name == "initial-aligned":
-            out.append((f"lemma {name}", partial(lemma_initial, assumed)))
+            out.append((f"lemma {name}", partial(lemma_initial, assumed, sem.cap_min)))
             continue
         for kind in (T.FA,) if name == "down" else T.KINDS:  # down: full attention's
             out.append((f"lemma {name} ({kind})",
@@ -287,13 +288,13 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
             for case in WHOLE_CASES if kind == T.FA else (None,):
                 where = f"{kind}, {case}" if case else kind
                 out.append((f"property from the summary ({where})",
-                            partial(whole_query, assumed, kind, case)))
+                            partial(whole_query, assumed, kind, case, sem.cap_min)))
     elif thm != "termination":
         kinds = ((T.MAMBA,) if thm == "no-partial-state" else T.KINDS if stored
                  else (T.FA,))
         for kind in kinds:  # a property of the Mamba groups / of the layout
             out.append((f"property from the summary ({kind})",
-                        partial(final_query, thm, assumed, kind)))
+                        partial(final_query, thm, assumed, kind, sem.cap_min)))
     return out
 
 
