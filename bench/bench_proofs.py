@@ -1,7 +1,7 @@
 """Wall and CPU time of the full proofs run and of the main theorem, against the targets.
 
     python bench/bench_proofs.py [--tree DIR] [--baseline DIR | --baseline-rev REV]
-                                 [--jobs N] [--timeout S]
+                                 [--jobs N] [--timeout S] [--semantics NAME ...]
 
 Runs, in this tree and (with --baseline or --baseline-rev) in another version of the
 project, side by side in the same invocation (``--baseline-rev main`` measures main's
@@ -12,8 +12,10 @@ committed code, exported with ``git archive`` into a temporary directory):
   it;
 * the full main job, ``python -m proofs --report DIR`` (target 30 s on a 2-core machine).
 
-Each figure is wall time and the CPU time of the child processes (on a shared machine the
-wall time grows with the load; the CPU time much less). Exit 0 whatever the figures:
+Each figure is wall time, the CPU time of the child processes and the 1-minute load
+average at its start and end (on a shared machine the wall time grows with the load; the
+CPU time much less). With --semantics, the second figure is the run of those semantics
+only (the part a change touches), without the 30 s target. Exit 0 whatever the figures:
 this measures, it does not gate.
 """
 
@@ -40,10 +42,12 @@ class Timing:
     wall: float
     cpu: float
     rc: int
+    load: tuple[float, float]  # 1-minute load average at the start and at the end
 
 
 def _run(tree: Path, args: list[str], timeout: float) -> Timing:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     try:
         rc = subprocess.run([sys.executable, "-m", "proofs", *args], cwd=tree,
@@ -55,7 +59,7 @@ def _run(tree: Path, args: list[str], timeout: float) -> Timing:
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Timing(wall, cpu, rc)
+    return Timing(wall, cpu, rc, (load0, os.getloadavg()[0]))
 
 
 def _main_in_report(report: Path) -> float | None:
@@ -67,11 +71,13 @@ def _main_in_report(report: Path) -> float | None:
                  if (r["theorem"], r["semantics"]) == MAIN), None)
 
 
-def measure(tree: Path, jobs: int, timeout: float) -> dict[str, object]:
+def measure(tree: Path, jobs: int, timeout: float, semantics: list[str] | None = None
+            ) -> dict[str, object]:
     alone = _run(tree, ["--theorem", MAIN[0], "--semantics", MAIN[1], "--no-necessity",
                         "--report", tempfile.mkdtemp(prefix="bench-main-")], timeout)
     out = Path(tempfile.mkdtemp(prefix="bench-full-"))
-    full = _run(tree, ["--report", str(out), "--jobs", str(jobs)], timeout)
+    part = [] if semantics is None else ["--semantics", *semantics]
+    full = _run(tree, ["--report", str(out), "--jobs", str(jobs), *part], timeout)
     return {"main_alone": alone, "full": full, "main_in_full": _main_in_report(out)}
 
 
@@ -88,7 +94,8 @@ def export(rev: str) -> Path:
 
 def _fmt(t: Timing) -> str:
     flag = "" if t.rc == 0 else f" (exit {t.rc})"
-    return f"{t.wall:7.1f}s wall {t.cpu:7.1f}s CPU{flag}"
+    return (f"{t.wall:7.1f}s wall {t.cpu:7.1f}s CPU{flag} (load average {t.load[0]:.1f} -> "
+            f"{t.load[1]:.1f})")
 
 
 def main() -> int:
@@ -102,6 +109,10 @@ def main() -> int:
                    help="the checkout to measure (default: this one)")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--timeout", type=float, default=3600.0, metavar="S")
+    p.add_argument("--semantics", nargs="+", default=None, metavar="NAME",
+                   help="measure the run of these semantics only, not the full run (on a "
+                        "shared machine: the part a change touches); the target then "
+                        "does not apply")
     args = p.parse_args()
     trees = [("measured", args.tree.resolve())]
     if args.baseline is not None and args.baseline_rev is not None:
@@ -124,7 +135,7 @@ def main() -> int:
           f"{os.getloadavg()[0]:.1f}", flush=True)
     results = []
     for label, tree in trees:
-        r = measure(tree, args.jobs, args.timeout)
+        r = measure(tree, args.jobs, args.timeout, args.semantics)
         alone, full, in_full = r["main_alone"], r["full"], r["main_in_full"]
         assert isinstance(alone, Timing) and isinstance(full, Timing)
         in_full_s = "n/a" if in_full is None else f"{in_full:.1f}s"
@@ -132,10 +143,12 @@ def main() -> int:
         print(f"  main theorem {MAIN[0]} on {MAIN[1]} alone: {_fmt(alone)} "
               f"(target {TARGET_MAIN_S:.0f}s, ratio {alone.wall / TARGET_MAIN_S:.1f}); "
               f"in the full run: {in_full_s}", flush=True)
-        print(f"  full python -m proofs:  {_fmt(full)} (target {TARGET_TOTAL_S:.0f}s, "
-              f"ratio {full.wall / TARGET_TOTAL_S:.1f}); load average after: "
-              f"{os.getloadavg()[0]:.1f}", flush=True)
+        what = "full" if args.semantics is None else f"--semantics {' '.join(args.semantics)}"
+        target = (f" (target {TARGET_TOTAL_S:.0f}s, ratio {full.wall / TARGET_TOTAL_S:.1f})"
+                  if args.semantics is None else "")
+        print(f"  {what} python -m proofs: {_fmt(full)}{target}", flush=True)
         results.append((label, alone, full, in_full_s))
+    run = "full" if args.semantics is None else "part"
     if len(results) > 1:  # side by side
         print(f"\n{'':34}" + "".join(f"{label:>24}" for label, *_ in results)
               + f"{'target':>10}")
@@ -144,9 +157,12 @@ def main() -> int:
              f"{TARGET_MAIN_S:.0f}s"),
             ("main theorem alone, CPU", [f"{a.cpu:.1f}s" for _, a, _, _ in results], ""),
             ("main theorem in the full run", [x for *_, x in results], f"{TARGET_MAIN_S:.0f}s"),
-            ("full run, wall", [f"{f.wall:.1f}s" + ("" if f.rc == 0 else f" (exit {f.rc})")
-                                for _, _, f, _ in results], f"{TARGET_TOTAL_S:.0f}s"),
-            ("full run, CPU", [f"{f.cpu:.1f}s" for _, _, f, _ in results], ""),
+            (f"{run} run, wall", [f"{f.wall:.1f}s" + ("" if f.rc == 0 else f" (exit {f.rc})")
+                                  for _, _, f, _ in results],
+             f"{TARGET_TOTAL_S:.0f}s" if args.semantics is None else ""),
+            (f"{run} run, CPU", [f"{f.cpu:.1f}s" for _, _, f, _ in results], ""),
+            (f"{run} run, load average", [f"{f.load[0]:.1f} -> {f.load[1]:.1f}"
+                                          for _, _, f, _ in results], ""),
         ]
         for name, cells, target in rows:
             print(f"{name:34}" + "".join(f"{c:>24}" for c in cells) + f"{target:>10}")
