@@ -18,6 +18,7 @@ as UNKNOWN.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -111,22 +112,60 @@ class Built:
     candidate: z3.ArithRef | None = None  # maximality: a valid hit (E.valid_hit)
 
 
+@dataclass(frozen=True)
+class _Loop:
+    """A template's configuration, start-up checks and unrolled loop: the part of a
+    query every theorem and precondition set shares, with the definitions of its named
+    terms and the next name's number."""
+
+    cons: tuple[z3.BoolRef, ...]
+    next_name: int
+    cfg: E.Config33
+    d: E.Derived33
+    startup: z3.BoolRef
+    st: E.State33
+    result: E.Result33
+
+
+# unrolled loops built in this process, by (semantics, template, scope, passes) and the
+# functions that write them (a test may replace one): each theorem, precondition set and
+# witness of a semantics asks the same unrolling of each template, and building it through
+# the z3 API costs more than many of its solver calls
+_LOOPS: dict[tuple[object, ...], _Loop] = {}
+
+
+def _loop(sem: Semantics, template: Template, scope: E.Scope, passes: int) -> _Loop:
+    kinds, order, tails = template
+    key = (sem.name, template, scope, passes, E.symbolic_config, E.derive, E.startup,
+           E.run_loop, E.result_of)
+    if key not in _LOOPS:
+        enc = E.Enc33(scope)
+        cfg = E.symbolic_config(kinds, scope, tails=tails)
+        d = E.derive(enc, cfg, order)
+        start = E.startup(enc, cfg)
+        st = E.run_loop(enc, cfg, d, sem, passes)
+        r = E.result_of(enc, cfg, d, st)
+        _LOOPS[key] = _Loop(tuple(enc.cons), next(enc.counter), cfg, d, start, st, r)
+    return _LOOPS[key]
+
+
 def build(sem: Semantics, template: Template, assumed: Sequence[str],
           scope: E.Scope = E.SCOPE, passes: int | None = None,
           maximal: bool = False) -> Built:
-    kinds, order, tails = template
-    enc = E.Enc33(scope)
-    cfg = E.symbolic_config(kinds, scope, tails=tails)
-    d = E.derive(enc, cfg, order)
-    premises = [E.startup(enc, cfg), d.order_holds]
+    """The query's parts: the template's unrolled loop (``_loop``, built once per
+    process) with its own copy of the named terms' definitions, which the premises and
+    the violation extend, numbering on where the loop stopped: the same terms, in the
+    same order, as built from scratch."""
+    lp = _loop(sem, template, scope, scope.passes if passes is None else passes)
+    enc = E.Enc33(scope, list(lp.cons), itertools.count(lp.next_name))
+    cfg, d = lp.cfg, lp.d
+    premises = [lp.startup, d.order_holds]
     premises += [precondition(p, enc, cfg, d) for p in assumed]
-    st = E.run_loop(enc, cfg, d, sem, scope.passes if passes is None else passes)
-    r = E.result_of(enc, cfg, d, st)
     candidate = None
     if maximal:  # the premise maximality rests on: a valid hit exists
         candidate = z3.Int("valid_hit")
         premises.append(E.valid_hit(enc, cfg, d, candidate))
-    return Built(enc, cfg, d, st, r, premises, candidate)
+    return Built(enc, cfg, d, lp.st, lp.result, premises, candidate)
 
 
 def violation(thm: str, b: Built) -> z3.BoolRef:
