@@ -17,6 +17,7 @@ still come from the bounded exact encoding (``proofs.check_v033``).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -28,6 +29,7 @@ import z3
 from model.evaluate import evaluate
 from model.scenario import parse_scenario
 from model.semantics import Semantics
+from proofs import tail_layers_v033
 from proofs import turn_v033 as T
 from proofs.abstract_v033 import obligations
 from proofs.encoding import NEXT_NONE, Enc, State, fresh_state
@@ -299,10 +301,26 @@ def witness(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 
                 return Witness(False, time.monotonic() - t0, scen, z_hit,
                                note=f"witness not reproduced by model/ (hit {o.hit_tokens}, "
                                     f"Z3 {z_hit}; refused: {o.refused}): encoding bug")
-            return Witness(True, time.monotonic() - t0, scen, z_hit)
+            w = Witness(True, time.monotonic() - t0, scen, z_hit)
+            return _tail_witness(thm, sem, w, deadline)
     return Witness(False, time.monotonic() - t0,
                    note="no run with a non-zero hit and a Mamba load satisfies the layered "
                         "proof's premises (small layouts): the proof may be vacuous")
+
+
+def _tail_witness(thm: str, sem: Semantics, w: Witness, deadline: float) -> Witness:
+    """With the tail proof covering ``thm``: its premises too must admit a run, with a
+    partial-tail hit that restores a Mamba state (``tail_layers_v033.witness``)."""
+    if not tail_layers_v033.covers(thm):
+        return w
+    left = max(1000, int((deadline - time.monotonic()) * 1000))
+    tw = tail_layers_v033.witness(sem, left)
+    if not tw.found:
+        return replace(tw, seconds=w.seconds + tw.seconds)
+    return replace(w, seconds=w.seconds + tw.seconds,
+                   note=f"With partial tails on, a partial-tail hit of {tw.hit} that "
+                        "restores a Mamba state, replayed through model/ (`"
+                        f"{json.dumps(tw.scenario, sort_keys=True)}`).")
 
 
 def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
@@ -321,6 +339,12 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
     if status != "PROVED":
         return None
     left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
+    # partial tails on: the layered tail proof (proofs/tail_layers_v033.py), else bounded
+    tail_status = tail_layers_v033.prove(thm, left // 2)[:2] if tail_layers_v033.covers(
+        thm) else ("UNKNOWN", "not covered")
+    if tail_status[0] == "PROVED":
+        return _with_tails(thm, sem, assumed, t0, timeout_ms)
+    left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
     tails = thm != "termination"
     bounded = check_v033.check(thm, sem.name, assumed, left, tails_only=tails)
     scope = (f"{SCOPE_WORDS}; with partial tails on, within the bounded scope of "
@@ -336,3 +360,26 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
         note += ("; and within the bounded scope of the other 0.33.0 verdicts "
                  f"({bounded.note.removeprefix('bounded scope: ')})")
     return Verdict("PROVED", time.monotonic() - t0, note=note, scope=scope)
+
+
+def _with_tails(thm: str, sem: Semantics, assumed: Sequence[str], t0: float,
+                timeout_ms: int) -> Verdict:
+    """The verdict when the tails-off and the tail layered proofs both close: every
+    layout 0.33.0 accepts, partial tails on or off. ``termination`` still runs the
+    bounded check: the bounded verdicts of the other theorems rest on its pass bound."""
+    from proofs import check_v033
+    from proofs.check import Verdict
+
+    words = tail_layers_v033.SCOPE_WORDS
+    note = ("layered proof (proofs/layers_v033.py: the complete chunks; "
+            f"proofs/tail_layers_v033.py: the partial tail): {words}")
+    if thm != "termination":
+        return Verdict("PROVED", time.monotonic() - t0, note=note, scope=words)
+    left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
+    bounded = check_v033.check(thm, sem.name, assumed, left)
+    if bounded.status != "PROVED":
+        return Verdict(bounded.status, time.monotonic() - t0, bounded.counterexample,
+                       f"{note}; but the pass bound: {bounded.note}")
+    note += ("; and within the bounded scope of the other 0.33.0 verdicts "
+             f"({bounded.note.removeprefix('bounded scope: ')})")
+    return Verdict("PROVED", time.monotonic() - t0, note=note, scope=words)

@@ -252,7 +252,8 @@ def write_report(rows: Sequence[Row], out: Path, jobs: int = 1) -> None:
                 what = (f"a valid hit of {w.valid_hit}" if w.valid_hit is not None
                         else f"a hit of {w.hit} that restores a Mamba state")
                 md.append(f"\nNot vacuous: witness with {what}, replayed through model/ "
-                          f"(`{json.dumps(w.scenario, sort_keys=True)}`)." if w.found
+                          f"(`{json.dumps(w.scenario, sort_keys=True)}`)."
+                          + (f" {w.note}" if w.note else "") if w.found
                           else f"\nNO WITNESS: {w.note}")
             if r.verdict.counterexample:
                 base = _scenario_name(r)

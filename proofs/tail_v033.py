@@ -34,7 +34,7 @@ import z3
 
 from model.semantics import Semantics
 from proofs import turn_v033 as T
-from proofs.encoding import NEXT_ALL, Enc, State, select, zmax, zmin
+from proofs.encoding import NEXT_ALL, NEXT_NONE, Enc, State, select, zmax, zmin
 
 FA, MAMBA = T.FA, T.MAMBA
 HIT, HIT_PENDING, RETRY, MISS = 0, 1, 2, 3
@@ -309,7 +309,7 @@ def complete_chunks(enc: Enc, tc: TailCfg, d: T.D, sem: Semantics, passes: int
     ends: list[z3.ArithRef] = [z3.IntVal(0)] * n
 
     def run_pass(st: State, groups: Sequence[int]) -> State:
-        st = replace(st, looked=z3.BoolVal(False), next=z3.IntVal(T.NEXT_NONE))
+        st = replace(st, looked=z3.BoolVal(False), next=z3.IntVal(NEXT_NONE))
         for g in groups:
             before = st
             st, t = T.group_step(enc, c, d, sem, st, g)

@@ -1,0 +1,430 @@
+"""The layered proof of vLLM 0.33.0's partial-tail phase (scheduler.py:1077-1153) over
+every layout 0.33.0 accepts with partial tails on: each step exact and unbounded
+(``proofs.tail_v033``), the loops around them proved by induction, the property from
+their summaries. With ``proofs.layers_v033`` (the complete chunks, partial tails on or
+off) it covers every layout 0.33.0 accepts, partial tails on or off.
+
+Layers:
+
+* Per-group facts (``LEMMAS``), each defined once: the abstract loops assume ``fact``
+  on their symbols; the lemma queries ask for its negation on the exact turn of one
+  group of each kind in an unknown layout (sizes, store, flags all symbolic).
+* The two bridge loops over any number of groups (``bridge_obligations``): the bridge
+  can only miss when it is looked at (scheduler.py:1116), so a miss only lowers
+  max_boundary (:1130).
+* The descending search over any number of boundaries (``scan_obligations``): an
+  inductive invariant over the exact ``boundary_turn`` whatever each boundary's keys
+  answer (a symbolic number of tries, not unrolled): the boundary chosen is above the
+  complete boundary and at most max_boundary; a ranking (the tokens left above the
+  complete boundary, down by tokens_per_hash >= 1 per try) ends it.
+* The answer (``final_query``): a partial-tail hit keeps the property by the summaries;
+  without one the answer is the complete chunks' (or a deferral), whose violations are
+  the tails-off answer's, which ``proofs.layers_v033`` proves free of them for every
+  layout its start-up accepts (which the layouts with partial tails on are:
+  ``layouts_query``).
+
+The tail phase is the same in the three 0.33.0 semantics (the fixes change only the
+complete chunks), so its queries are asked once per process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+import z3
+
+from model.evaluate import evaluate
+from model.scenario import parse_scenario
+from model.semantics import Semantics
+from proofs import tail_v033 as TV
+from proofs import turn_v033 as T
+from proofs.encoding import Enc, State, fresh_state
+from proofs.witness import Witness
+
+COVERED = ("no-partial-state", "leaves-last-token", "termination")
+SCOPE_WORDS = ("every layout 0.33.0 accepts, partial tails on or off (any number of "
+               "groups of each kind, each with its own block size; any blocks_per_chunk, "
+               "window, prompt, GPU hit and caps; EAGLE on any group; with partial tails "
+               "on: any number of full-attention and Mamba groups, any block size and "
+               "prefix_match_unit, any number of boundaries tried)")
+
+Query = tuple[str, Callable[[], list[z3.BoolRef]]]
+
+
+@dataclass(frozen=True)
+class Lemma:
+    name: str
+    words: str
+    fact: Callable[..., z3.BoolRef]
+
+
+def _keeps_missed(before: TV.Bridge, after: TV.Bridge) -> z3.BoolRef:
+    return after.missed == before.missed
+
+
+def _miss_checked(before: TV.Bridge, after: TV.Bridge, check: z3.BoolRef) -> z3.BoolRef:
+    return z3.Implies(after.missed, z3.Or(before.missed, check))
+
+
+LEMMAS: dict[str, Lemma] = {
+    lem.name: lem
+    for lem in (
+        Lemma("bridge-scan-keeps-missed", "a group's turn of the first bridge loop "
+              "(scheduler.py:1117-1126) looks nothing up", _keeps_missed),
+        Lemma("bridge-miss-checked", "a group's bridge lookup (:1127-1132) misses only "
+              "when the bridge is looked at (:1116)", _miss_checked),
+    )
+}
+
+
+def fact(name: str, *args: object) -> z3.BoolRef:
+    return LEMMAS[name].fact(*args)
+
+
+def _finish(enc: Enc, cons: list[z3.BoolRef]) -> list[z3.BoolRef]:
+    cons = cons + enc.cons
+    return cons + enc.grounded(cons)
+
+
+def _fresh_bridge(name: str) -> TV.Bridge:
+    return TV.Bridge(z3.Bool(f"{name}_missed"), z3.Bool(f"{name}_pending"))
+
+
+def _setup(kinds: Sequence[str]) -> tuple[Enc, TV.TailCfg, list[z3.BoolRef]]:
+    enc = Enc()
+    tc = TV.symbolic_tail_config(kinds)
+    return enc, tc, [TV.startup(enc, tc, whole=False)]
+
+
+def _prologue(enc: Enc, tc: TV.TailCfg) -> tuple[TV.Prologue, z3.ArithRef, list[z3.BoolRef]]:
+    ch = z3.Int("complete_hit")
+    return TV.prologue(enc, tc, ch), ch, [ch >= 0]
+
+
+def lemma_query(name: str, kind: str, negated: bool = True) -> list[z3.BoolRef]:
+    """``name`` on the exact turn of one group of ``kind`` in an unknown layout, from any
+    state (``negated`` False: the premises alone, to see them hold)."""
+    enc, tc, premises = _setup((kind,))
+    pro, _, more = _prologue(enc, tc)
+    before = _fresh_bridge("before")
+    if name == "bridge-scan-keeps-missed":
+        claim = fact(name, before, TV.bridge_scan_turn(tc, pro, 0, before))
+    else:
+        claim = fact(name, before, TV.bridge_lookup_turn(tc, pro, 0, before), pro.check)
+    return _finish(enc, premises + more + ([z3.Not(claim)] if negated else []))
+
+
+# --- the bridge loops over any number of groups -----------------------------------------
+
+
+def bridge_obligations() -> list[tuple[str, list[z3.BoolRef]]]:
+    """The two bridge loops over ``n >= 1`` groups (any kinds, any order), each turn known
+    by its lemma; invariant: a miss happened only if the bridge was looked at."""
+    n, k, check = z3.Int("bridge_groups"), z3.Int("bridge_k"), z3.Bool("bridge_check")
+    s, t = _fresh_bridge("s"), _fresh_bridge("t")
+
+    def inv(st: TV.Bridge) -> z3.BoolRef:
+        return z3.Implies(st.missed, check)
+
+    base = [n >= 1, 0 <= k, k < n]
+    return [
+        ("bridge loops: the invariant holds at the start", [z3.Not(inv(TV.NO_BRIDGE))]),
+        ("bridge loops: a scan turn of any group keeps it",
+         base + [inv(s), fact("bridge-scan-keeps-missed", s, t), z3.Not(inv(t))]),
+        ("bridge loops: a lookup turn of any group keeps it",
+         base + [inv(s), fact("bridge-miss-checked", s, t, check), z3.Not(inv(t))]),
+    ]
+
+
+def bridge_summary(pro: TV.Prologue, missed: z3.BoolRef) -> z3.BoolRef:
+    """What the bridge loops leave (their invariant at the end)."""
+    return z3.Implies(missed, pro.check)
+
+
+# --- the descending search over any number of boundaries ---------------------------------
+
+
+def _fresh_scan(name: str) -> TV.Scan:
+    return TV.Scan(z3.Int(f"{name}_cur"), z3.Bool(f"{name}_found"), z3.Int(f"{name}_chosen"),
+                   z3.Bool(f"{name}_pending"))
+
+
+def scan_invariant(pro: TV.Prologue, mbp: z3.ArithRef, st: TV.Scan) -> z3.BoolRef:
+    return z3.And(st.cur <= mbp,
+                  z3.Implies(st.found, z3.And(pro.cb < st.chosen, st.chosen <= mbp)))
+
+
+def scan_summary(pro: TV.Prologue, mbp: z3.ArithRef, st: TV.Scan) -> z3.BoolRef:
+    """When the search ends: a boundary found is above the complete boundary and at most
+    max_boundary (after the bridge)."""
+    return z3.Implies(st.found, z3.And(pro.cb < st.chosen, st.chosen <= mbp))
+
+
+def rank(pro: TV.Prologue, st: TV.Scan) -> z3.ArithRef:
+    """Tokens left above the complete boundary while the search runs."""
+    return z3.If(TV.running(pro, st), st.cur - pro.cb, 0)
+
+
+def scan_obligations(negated: bool = True) -> list[tuple[str, list[z3.BoolRef]]]:
+    """The search ``for boundary in range(max_boundary, complete_boundary, -tph)``
+    (scheduler.py:1134) for any number of boundaries: the exact try (``boundary_turn``)
+    with whatever its keys answered (``hit``, ``pending`` free). ``negated`` False: the
+    premises alone (tests see them hold)."""
+    enc, tc, premises = _setup((TV.FA,))
+    pro, _, more = _prologue(enc, tc)
+    mbp = z3.Int("max_boundary_after_bridge")
+    s = _fresh_scan("s")
+    hit, pending = z3.Bools("keys_hit keys_pending")
+    after = TV.boundary_turn(tc, pro, s, hit, pending)
+    base = premises + more
+    start = TV.scan_start(mbp, z3.Bool("bridge_pending"))
+    steps: list[tuple[str, list[z3.BoolRef], z3.BoolRef]] = [
+        ("search: the invariant holds at the start", [], scan_invariant(pro, mbp, start)),
+        ("search: a try of any boundary keeps it", [scan_invariant(pro, mbp, s)],
+         scan_invariant(pro, mbp, after)),
+        ("search: a try lowers the rank (termination)", [TV.running(pro, s)],
+         z3.And(rank(pro, s) >= 1, 0 <= rank(pro, after), rank(pro, after) < rank(pro, s))),
+        ("search: the summary when it ends",
+         [scan_invariant(pro, mbp, s), z3.Not(TV.running(pro, s))],
+         scan_summary(pro, mbp, s)),
+    ]
+    return [(name, _finish(enc, base + pre + ([z3.Not(claim)] if negated else [])))
+            for name, pre, claim in steps]
+
+
+# --- the answer --------------------------------------------------------------------------
+
+
+def _env(enc: Enc, tc: TV.TailCfg) -> tuple[T.D, list[z3.BoolRef]]:
+    """The tails-off proof's view of these groups of an unknown layout with partial tails
+    on: the layout has a Mamba align group (so a windowed one) of block size ``B``."""
+    env = T.symbolic_env()
+    d = T.derive(enc, tc.base, env)
+    return d, [env.has_mamba, env.has_windowed, env.mamba_gpu == tc.block]
+
+
+def final_query(thm: str, kind: str, tail: bool) -> list[z3.BoolRef]:
+    """The property for a group of ``kind`` of an unknown layout with partial tails on,
+    from the summaries read exactly, for a partial-tail hit (``tail``); without one the
+    answer must be the tails-off answer (``proofs.turn_v033.result_of`` of the same
+    complete-chunk loop state) or a deferral."""
+    enc, tc, premises = _setup((kind,))
+    c = tc.base
+    d, env = _env(enc, tc)
+    st = fresh_state(enc, 1, "end")
+    st = State(st.m, st.num_hit, st.defer, st.looked, st.verified, st.next,
+                 z3.Bool("end_halted"))
+    inner = replace(c, skip_reading=z3.BoolVal(False), in_flight=z3.BoolVal(False))
+    r_complete = T.result_of(enc, inner, d, st, [0])  # _lookup_complete_chunks' answer
+    pro = TV.prologue(enc, tc, r_complete.hit)
+    missed = z3.Bool("bridge_missed")
+    mbp = TV.after_bridge(tc, pro, missed)
+    scan = _fresh_scan("end")
+    a = TV.finish(tc, r_complete.deferred, r_complete.hit, scan)
+    facts = [bridge_summary(pro, missed), scan_summary(pro, mbp, scan)]
+    if tail:
+        goal = [a.tail, TV.VIOLATIONS[thm](enc, tc, a)]
+    else:
+        r_off = T.result_of(enc, c, d, st, [0])  # the answer with partial tails off
+        goal = [z3.Not(a.tail), TV.active(a),
+                z3.Not(z3.And(z3.Not(r_off.deferred), r_off.hit == a.hit))]
+    return _finish(enc, premises + env + facts + goal)
+
+
+def same_violation_query(thm: str, kind: str) -> list[z3.BoolRef]:
+    """Without a partial-tail hit, an answer's violation (its load: ``tail_v033.
+    load_plan``) is the tails-off encoding's for the same answer (``turn_v033``)."""
+    enc, tc, premises = _setup((kind,))
+    d, env = _env(enc, tc)
+    deferred, hit = z3.Bool("answer_deferred"), z3.Int("answer_hit")
+    a = TV.Answer(deferred, hit, z3.BoolVal(False), z3.Int("answer_boundary"))
+    off = T.Result(deferred, hit)
+    goal = [TV.VIOLATIONS[thm](enc, tc, a), z3.Not(T.VIOLATIONS[thm](enc, tc.base, d, off))]
+    return _finish(enc, premises + env + goal)
+
+
+def layouts_query() -> list[z3.BoolRef]:
+    """A layout with partial tails on is one the tails-off proof covers: the same
+    start-up constraints (``turn_v033.startup`` is part of ``tail_v033.startup``) and
+    align-divides-blocks (every chunk is the Mamba chunk)."""
+    enc, tc, premises = _setup((TV.FA, TV.MAMBA))
+    d = T.derive(enc, tc.base, T.symbolic_env())
+    goal = z3.And(T.startup(enc, tc.base),
+                  T.precondition("align-divides-blocks", enc, tc.base, d))
+    c = [z3.Int(f"chunks_per_align{g}") == 1 for g in range(2)]  # the witness of the fact
+    return _finish(enc, premises + [d.align_on == z3.BoolVal(True)] + c + [z3.Not(goal)])
+
+
+def proof_queries(thm: str) -> list[Query]:
+    out: list[Query] = []
+    for name in LEMMAS:
+        for kind in (TV.FA, TV.MAMBA):
+            out.append((f"tail lemma {name} ({kind})", partial(lemma_query, name, kind)))
+    for name, q in bridge_obligations() + scan_obligations():
+        out.append((name, partial(list, q)))
+    out.append(("layouts with partial tails on are covered by the tails-off proof",
+                layouts_query))
+    if thm != "termination":
+        kinds = (TV.MAMBA,) if thm == "no-partial-state" else (TV.FA, TV.MAMBA)
+        for kind in kinds:
+            out.append((f"{thm} with a partial-tail hit ({kind})",
+                        partial(final_query, thm, kind, True)))
+            out.append((f"{thm}: no partial-tail hit, the same answer as tails off ({kind})",
+                        partial(final_query, thm, kind, False)))
+            out.append((f"{thm}: no partial-tail hit, the same violation as tails off "
+                        f"({kind})", partial(same_violation_query, thm, kind)))
+    return out
+
+
+_PROVED: set[str] = set()
+
+
+def prove(thm: str, timeout_ms: int) -> tuple[str, str, float]:
+    """('PROVED' | 'FAILED' | 'UNKNOWN', which query, seconds) for the tail phase (every
+    0.33.0 semantics: the tail is the same in each). Queries proved once in this process
+    are not asked again."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout_ms / 1000
+    for name, build in proof_queries(thm):
+        if name in _PROVED:
+            continue
+        left = int((deadline - time.monotonic()) * 1000)
+        if left <= 0:
+            return "UNKNOWN", f"{name}: out of time", time.monotonic() - t0
+        s = z3.Solver()
+        s.set("timeout", left)
+        s.add(*build())
+        res = s.check()
+        if res == z3.sat:
+            return "FAILED", name, time.monotonic() - t0
+        if res == z3.unknown:
+            return "UNKNOWN", f"{name}: solver returned unknown", time.monotonic() - t0
+        _PROVED.add(name)
+    return "PROVED", "", time.monotonic() - t0
+
+
+def covers(thm: str) -> bool:
+    return thm in COVERED
+
+
+# --- the witness: a partial-tail hit that restores a Mamba state -------------------------
+
+WITNESS_SIZES = ((2, 1), (4, 2), (4, 1))  # (block size, tokens_per_hash)
+WITNESS_BLOCKS = 3
+
+
+def _table(row: Sequence[z3.ArithRef], q: z3.ArithRef) -> z3.ArithRef:
+    out: z3.ArithRef = z3.IntVal(TV.MISS)
+    for k, x in enumerate(row):
+        out = z3.If(q == k, x, out)
+    return out
+
+
+def _witness_query(sem: Semantics, kinds: tuple[str, ...], block: int, tph: int
+                   ) -> tuple[z3.Solver, TV.TailCfg, TV.Answer]:
+    enc = Enc(bound=WITNESS_BLOCKS + 2)
+    positions = WITNESS_BLOCKS * block // tph + 2
+    codes = [[z3.Int(f"tail_answer{g}_{q}") for q in range(positions)] for g in kinds]
+    tc = replace(TV.symbolic_tail_config(kinds),
+                 tails=tuple(partial(_table, row) for row in codes))
+    cons = [tc.block == block, tc.tph == tph, tc.base.prompt <= WITNESS_BLOCKS * block,
+            TV.startup(enc, tc, whole=True)]
+    cons += [z3.And(0 <= x, x <= 3) for row in codes for x in row]
+    a, ended = TV.run_lookup(enc, tc, sem, 2, 2 * (block // tph) + 1)
+    mamba = [g for g, k in enumerate(kinds) if k == TV.MAMBA]
+    loads = TV.load_plan(enc, tc, a, mamba)
+    cons += [ended, TV.active(a), a.tail, z3.Or([loads[g].pending > 0 for g in mamba]),
+             z3.Not(tc.base.skip_reading), z3.Not(tc.base.in_flight)]
+    s = z3.Solver()
+    s.add(*(cons + enc.cons))
+    return s, tc, a
+
+
+def scenario_of(m: z3.ModelRef, tc: TV.TailCfg, sem: Semantics) -> dict[str, Any]:
+    def b(e: z3.BoolRef) -> bool:
+        return bool(z3.is_true(m.eval(e, model_completion=True)))
+
+    def i(e: z3.ArithRef) -> int:
+        return int(m.eval(e, model_completion=True).as_long())
+
+    c = tc.base
+    prompt, block, tph = i(c.prompt), i(tc.block), i(tc.tph)
+    n = prompt // block
+    names = {TV.HIT_PENDING: "pending_tails", TV.RETRY: "deferred_tails"}
+    groups = []
+    for g, kind in enumerate(tc.kinds):
+        st = c.stores[g]
+        idx = [z3.IntVal(x) for x in range(n)]
+        grp: dict[str, Any] = {"kind": kind, "gpu_block_size": block,
+                               "stored": [x for x in range(n) if b(st.stored(idx[x]))
+                                          and not b(st.deferred(idx[x]))]}
+        if kind == TV.MAMBA:
+            grp["mamba_cache_mode"] = "align"
+        if b(c.eagle[g]):
+            grp["eagle"] = True
+        stored = [b(st.stored(x)) for x in idx]
+        deferred = [b(st.deferred(x)) for x in idx]
+        for name, chosen in (
+                ("pending", [x for x in range(n) if stored[x] and deferred[x]]),
+                ("deferred", [x for x in range(n) if deferred[x] and not stored[x]]),
+                ("being_loaded", [x for x in range(n) if b(st.loading(idx[x]))])):
+            if chosen:
+                grp[name] = chosen
+        tails: dict[str, list[int]] = {}
+        for qv in range(1, prompt // tph + 1):
+            if (qv * tph) % block == 0:
+                continue
+            code = i(tc.tails[g](z3.IntVal(qv)))
+            key = "stored_tails" if code in (TV.HIT, TV.HIT_PENDING) else names.get(code)
+            if key is not None:
+                tails.setdefault(key, []).append(qv * tph)
+            if code == TV.HIT_PENDING:
+                tails.setdefault("pending_tails", []).append(qv * tph)
+        grp |= tails
+        groups.append(grp)
+    out: dict[str, Any] = {"semantics": sem.name, "block_size_factor": 1,
+                           "hash_block_size": tph, "prompt_tokens": prompt,
+                           "num_computed_tokens": i(c.computed), "groups": groups}
+    if b(c.has_new_cap):
+        out["max_num_new_tokens"] = i(c.new_cap)
+    if b(c.has_load_cap):
+        out["max_load_tokens"] = i(c.load_cap)
+    return out
+
+
+def witness(sem: Semantics, timeout_ms: int = 60_000) -> Witness:
+    """A run of the tail phase's premises (start-up with partial tails on, the request
+    rules) with a non-zero partial-tail hit whose load restores a Mamba state, replayed
+    through model/ (same hit, same boundary, a Mamba load)."""
+    from proofs.witness import _solve_alone
+
+    t0 = time.monotonic()
+    deadline = t0 + timeout_ms / 1000
+    for kinds in ((TV.FA, TV.MAMBA), (TV.MAMBA, TV.FA)):
+        for block, tph in WITNESS_SIZES:
+            left = int((deadline - time.monotonic()) * 1000)
+            if left <= 0:
+                break
+            s, tc, a = _witness_query(sem, kinds, block, tph)
+            m = _solve_alone(s, left)
+            if m is None:
+                continue
+            scen = scenario_of(m, tc, sem)
+            z_hit = int(m.eval(a.hit, model_completion=True).as_long())
+            z_b = int(m.eval(a.boundary, model_completion=True).as_long())
+            o = evaluate(parse_scenario(scen))
+            mamba_load = any(ld.blocks and ld.state_position is not None for ld in o.loads)
+            if (o.refused or o.hit_tokens != z_hit or o.tail_boundary != z_b
+                    or not mamba_load):
+                return Witness(False, time.monotonic() - t0, scen, z_hit,
+                               note=f"tail witness not reproduced by model/ (hit "
+                                    f"{o.hit_tokens}, boundary {o.tail_boundary}; Z3 "
+                                    f"{z_hit}, {z_b}; refused: {o.refused}): encoding bug")
+            return Witness(True, time.monotonic() - t0, scen, z_hit)
+    return Witness(False, time.monotonic() - t0,
+                   note="no run with a partial-tail hit and a Mamba load satisfies the "
+                        "tail proof's premises (small layouts): the proof may be vacuous")
