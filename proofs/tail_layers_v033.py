@@ -70,6 +70,13 @@ def _miss_checked(before: TV.Bridge, after: TV.Bridge, check: z3.BoolRef) -> z3.
     return z3.Implies(after.missed, z3.Or(before.missed, check))
 
 
+def _key_ready(before: TV.Keys, after: TV.Keys, ok: z3.BoolRef) -> z3.BoolRef:
+    """After the turn nothing missed or pends only if nothing did before and this
+    group's key answered HIT."""
+    return z3.Implies(z3.And(z3.Not(after.missed), z3.Not(after.pending)),
+                      z3.And(z3.Not(before.missed), z3.Not(before.pending), ok))
+
+
 LEMMAS: dict[str, Lemma] = {
     lem.name: lem
     for lem in (
@@ -77,6 +84,8 @@ LEMMAS: dict[str, Lemma] = {
               "(scheduler.py:1117-1126) looks nothing up", _keeps_missed),
         Lemma("bridge-miss-checked", "a group's bridge lookup (:1127-1132) misses only "
               "when the bridge is looked at (:1116)", _miss_checked),
+        Lemma("key-ready", "a group's turn at a boundary (:1179-1187) leaves the boundary "
+              "ready only if it was and the group's key answered HIT", _key_ready),
     )
 }
 
@@ -111,7 +120,13 @@ def lemma_query(name: str, kind: str, negated: bool = True) -> list[z3.BoolRef]:
     enc, tc, premises = _setup((kind,))
     pro, _, more = _prologue(enc, tc)
     before = _fresh_bridge("before")
-    if name == "bridge-scan-keeps-missed":
+    if name == "key-ready":
+        b = z3.Int("boundary")
+        keys = TV.Keys(before.missed, before.pending)
+        ok = TV.key_answer(enc, tc, 0, b) == TV.HIT
+        claim = fact(name, keys, TV.key_turn(enc, tc, 0, b, keys), ok)
+        more.append(b >= 1)
+    elif name == "bridge-scan-keeps-missed":
         claim = fact(name, before, TV.bridge_scan_turn(tc, pro, 0, before))
     else:
         claim = fact(name, before, TV.bridge_lookup_turn(tc, pro, 0, before), pro.check)
@@ -145,6 +160,41 @@ def bridge_summary(pro: TV.Prologue, missed: z3.BoolRef) -> z3.BoolRef:
     return z3.Implies(missed, pro.check)
 
 
+# --- one boundary's keys: the loop over any number of groups ----------------------------
+
+
+def key_obligations() -> list[tuple[str, list[z3.BoolRef]]]:
+    """``_lookup_partial_tail``'s loop over ``n >= 1`` groups (:1178-1187), each turn
+    known by key-ready; ``ok(g)``: group g's key answered HIT. For any group ``h``, the
+    invariant says a ready boundary had the bridge ready (``p0`` false) and ``ok(h)``
+    once ``h`` has had its turn: so a hit (:1189) means every group's key is a HIT."""
+    n, k, h = z3.Int("key_groups"), z3.Int("key_k"), z3.Int("key_any_group")
+    ok = z3.Function("key_ok", z3.IntSort(), z3.BoolSort())
+    p0 = z3.Bool("key_bridge_pending")
+    s = TV.Keys(z3.Bool("s_missed"), z3.Bool("s_pending"))
+    t = TV.Keys(z3.Bool("t_missed"), z3.Bool("t_pending"))
+
+    def inv(st: TV.Keys, done: z3.ArithRef) -> z3.BoolRef:
+        return z3.Implies(z3.And(z3.Not(st.missed), z3.Not(st.pending)),
+                          z3.And(z3.Not(p0), z3.Implies(z3.And(0 <= h, h < done), ok(h))))
+
+    hit, _ = TV.key_result(s)
+    return [
+        ("keys: the invariant holds at the start",
+         [n >= 1, z3.Not(inv(TV.Keys(z3.BoolVal(False), p0), z3.IntVal(0)))]),
+        ("keys: a turn of any group keeps it",
+         [n >= 1, 0 <= k, k < n, inv(s, k), fact("key-ready", s, t, ok(k)),
+          z3.Not(inv(t, k + 1))]),
+        ("keys: the summary when every group has had its turn",
+         [n >= 1, inv(s, n), 0 <= h, h < n, z3.Not(key_summary(hit, p0, ok(h)))]),
+    ]
+
+
+def key_summary(hit: z3.BoolRef, bridge_pending: z3.BoolRef, ok: z3.BoolRef) -> z3.BoolRef:
+    """A boundary's keys all ready: the bridge was ready and this group's key a HIT."""
+    return z3.Implies(hit, z3.And(z3.Not(bridge_pending), ok))
+
+
 # --- the descending search over any number of boundaries ---------------------------------
 
 
@@ -153,15 +203,26 @@ def _fresh_scan(name: str) -> TV.Scan:
                    z3.Bool(f"{name}_pending"))
 
 
-def scan_invariant(pro: TV.Prologue, mbp: z3.ArithRef, st: TV.Scan) -> z3.BoolRef:
-    return z3.And(st.cur <= mbp,
-                  z3.Implies(st.found, z3.And(pro.cb < st.chosen, st.chosen <= mbp)))
+ACCEPTED = z3.Function("keys_all_hit", z3.IntSort(), z3.BoolSort())  # at a boundary
 
 
-def scan_summary(pro: TV.Prologue, mbp: z3.ArithRef, st: TV.Scan) -> z3.BoolRef:
-    """When the search ends: a boundary found is above the complete boundary and at most
-    max_boundary (after the bridge)."""
-    return z3.Implies(st.found, z3.And(pro.cb < st.chosen, st.chosen <= mbp))
+def _accepted(pro: TV.Prologue, bp: z3.BoolRef, b: z3.ArithRef) -> z3.BoolRef:
+    """Every group's key at ``b`` answered HIT and, if ``b`` loads the bridge, the
+    bridge was ready (``key_summary`` over every group)."""
+    return z3.And(ACCEPTED(b), z3.Not(z3.And(TV.loads_bridge(pro, b), bp)))
+
+
+def scan_invariant(pro: TV.Prologue, mbp: z3.ArithRef, bp: z3.BoolRef, st: TV.Scan
+                   ) -> z3.BoolRef:
+    return z3.And(st.cur <= mbp, scan_summary(pro, mbp, bp, st))
+
+
+def scan_summary(pro: TV.Prologue, mbp: z3.ArithRef, bp: z3.BoolRef, st: TV.Scan
+                 ) -> z3.BoolRef:
+    """When the search ends: a boundary found is above the complete boundary, at most
+    max_boundary (after the bridge) and accepted by every group."""
+    return z3.Implies(st.found, z3.And(pro.cb < st.chosen, st.chosen <= mbp,
+                                       _accepted(pro, bp, st.chosen)))
 
 
 def rank(pro: TV.Prologue, st: TV.Scan) -> z3.ArithRef:
@@ -177,20 +238,23 @@ def scan_obligations(negated: bool = True) -> list[tuple[str, list[z3.BoolRef]]]
     enc, tc, premises = _setup((TV.FA,))
     pro, _, more = _prologue(enc, tc)
     mbp = z3.Int("max_boundary_after_bridge")
+    bp = z3.Bool("bridge_pending")
     s = _fresh_scan("s")
     hit, pending = z3.Bools("keys_hit keys_pending")
     after = TV.boundary_turn(tc, pro, s, hit, pending)
+    # what the keys' loop gives at this boundary (its summary, for every group)
+    keys = z3.Implies(hit, _accepted(pro, bp, s.cur))
     base = premises + more
-    start = TV.scan_start(mbp, z3.Bool("bridge_pending"))
+    start = TV.scan_start(mbp, bp)
     steps: list[tuple[str, list[z3.BoolRef], z3.BoolRef]] = [
-        ("search: the invariant holds at the start", [], scan_invariant(pro, mbp, start)),
-        ("search: a try of any boundary keeps it", [scan_invariant(pro, mbp, s)],
-         scan_invariant(pro, mbp, after)),
+        ("search: the invariant holds at the start", [], scan_invariant(pro, mbp, bp, start)),
+        ("search: a try of any boundary keeps it", [scan_invariant(pro, mbp, bp, s), keys],
+         scan_invariant(pro, mbp, bp, after)),
         ("search: a try lowers the rank (termination)", [TV.running(pro, s)],
          z3.And(rank(pro, s) >= 1, 0 <= rank(pro, after), rank(pro, after) < rank(pro, s))),
         ("search: the summary when it ends",
-         [scan_invariant(pro, mbp, s), z3.Not(TV.running(pro, s))],
-         scan_summary(pro, mbp, s)),
+         [scan_invariant(pro, mbp, bp, s), z3.Not(TV.running(pro, s))],
+         scan_summary(pro, mbp, bp, s)),
     ]
     return [(name, _finish(enc, base + pre + ([z3.Not(claim)] if negated else [])))
             for name, pre, claim in steps]
@@ -225,7 +289,8 @@ def final_query(thm: str, kind: str, tail: bool) -> list[z3.BoolRef]:
     mbp = TV.after_bridge(tc, pro, missed)
     scan = _fresh_scan("end")
     a = TV.finish(tc, r_complete.deferred, r_complete.hit, scan)
-    facts = [bridge_summary(pro, missed), scan_summary(pro, mbp, scan)]
+    facts = [bridge_summary(pro, missed),
+             scan_summary(pro, mbp, z3.Bool("bridge_pending"), scan)]
     if tail:
         goal = [a.tail, TV.VIOLATIONS[thm](enc, tc, a)]
     else:
@@ -233,6 +298,21 @@ def final_query(thm: str, kind: str, tail: bool) -> list[z3.BoolRef]:
         goal = [z3.Not(a.tail), TV.active(a),
                 z3.Not(z3.And(z3.Not(r_off.deferred), r_off.hit == a.hit))]
     return _finish(enc, premises + env + facts + goal)
+
+
+def keys_loaded_query(kind: str) -> list[z3.BoolRef]:
+    """A partial-tail hit's boundary key of a group of ``kind`` answered HIT: the search's
+    summary (the boundary was accepted) and the keys' summary for this group."""
+    enc, tc, premises = _setup((kind,))
+    pro, ch, more = _prologue(enc, tc)
+    mbp = TV.after_bridge(tc, pro, z3.Bool("bridge_missed"))
+    bp = z3.Bool("bridge_pending")
+    scan = _fresh_scan("end")
+    a = TV.finish(tc, z3.Bool("complete_deferred"), ch, scan)
+    ok = TV.key_answer(enc, tc, 0, scan.chosen) == TV.HIT
+    facts = [scan_summary(pro, mbp, bp, scan),
+             z3.Implies(ACCEPTED(scan.chosen), ok)]  # keys: every group, this one too
+    return _finish(enc, premises + more + facts + [a.tail, z3.Not(ok)])
 
 
 def same_violation_query(thm: str, kind: str) -> list[z3.BoolRef]:
@@ -264,8 +344,11 @@ def proof_queries(thm: str) -> list[Query]:
     for name in LEMMAS:
         for kind in (TV.FA, TV.MAMBA):
             out.append((f"tail lemma {name} ({kind})", partial(lemma_query, name, kind)))
-    for name, q in bridge_obligations() + scan_obligations():
+    for name, q in bridge_obligations() + key_obligations() + scan_obligations():
         out.append((name, partial(list, q)))
+    for kind in (TV.FA, TV.MAMBA):
+        out.append((f"a partial-tail hit's boundary keys are HITs ({kind})",
+                    partial(keys_loaded_query, kind)))
     out.append(("layouts with partial tails on are covered by the tails-off proof",
                 layouts_query))
     if thm != "termination":
@@ -337,8 +420,15 @@ def _witness_query(sem: Semantics, kinds: tuple[str, ...], block: int, tph: int
     a, ended = TV.run_lookup(enc, tc, sem, 2, 2 * (block // tph) + 1)
     mamba = [g for g, k in enumerate(kinds) if k == TV.MAMBA]
     loads = TV.load_plan(enc, tc, a, mamba)
-    cons += [ended, TV.active(a), a.tail, z3.Or([loads[g].pending > 0 for g in mamba]),
+    cons += [ended, TV.active(a), a.tail, a.boundary % block != 0,  # inside a block
+             z3.Or([loads[g].pending > 0 for g in mamba]),
              z3.Not(tc.base.skip_reading), z3.Not(tc.base.in_flight)]
+    # a plain store, to read easily: every key a HIT or a MISS, nothing being loaded, no cap
+    c = tc.base
+    cons += [z3.Not(c.has_new_cap), z3.Not(c.has_load_cap)]
+    cons += [z3.Or(x == TV.HIT, x == TV.MISS) for row in codes for x in row]
+    cons += [z3.And(z3.Not(st.deferred(z3.IntVal(i))), z3.Not(st.loading(z3.IntVal(i))))
+             for st in c.stores for i in range(WITNESS_BLOCKS + 1)]
     s = z3.Solver()
     s.add(*(cons + enc.cons))
     return s, tc, a
@@ -398,8 +488,8 @@ def scenario_of(m: z3.ModelRef, tc: TV.TailCfg, sem: Semantics) -> dict[str, Any
 
 def witness(sem: Semantics, timeout_ms: int = 60_000) -> Witness:
     """A run of the tail phase's premises (start-up with partial tails on, the request
-    rules) with a non-zero partial-tail hit whose load restores a Mamba state, replayed
-    through model/ (same hit, same boundary, a Mamba load)."""
+    rules) with a non-zero partial-tail hit ending inside a block whose load restores a
+    Mamba state, replayed through model/ (same hit, same boundary, a Mamba load)."""
     from proofs.witness import _solve_alone
 
     t0 = time.monotonic()

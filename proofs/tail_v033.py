@@ -192,12 +192,16 @@ class Keys:
     pending: z3.BoolRef  # a key looked up before that was not ready (:1186)
 
 
-def key_turn(enc: Enc, tc: TailCfg, g: int, boundary: z3.ArithRef, st: Keys) -> Keys:
-    """Group ``g``'s turn at ``boundary`` (``_lookup_partial_tail``, scheduler.py:1179):
-    its key ends at the boundary plus its proof margin (:1158), keyed by the hash there
+def key_answer(enc: Enc, tc: TailCfg, g: int, boundary: z3.ArithRef) -> z3.ArithRef:
+    """The answer for group ``g``'s partial-tail key at ``boundary``: the key ends at the
+    boundary plus the group's proof margin (:1158), keyed by the hash there
     (``_make_boundary_key``, :1063)."""
-    q = enc.floordiv(boundary + margin(tc, g), tc.tph, f"key_hash{g}")
-    a = answer(enc, tc, g, q)
+    return answer(enc, tc, g, enc.floordiv(boundary + margin(tc, g), tc.tph, f"key_hash{g}"))
+
+
+def key_turn(enc: Enc, tc: TailCfg, g: int, boundary: z3.ArithRef, st: Keys) -> Keys:
+    """Group ``g``'s turn at ``boundary`` (``_lookup_partial_tail``, scheduler.py:1179)."""
+    a = key_answer(enc, tc, g, boundary)
     act = z3.Not(st.missed)
     miss = z3.And(act, a == MISS)  # scheduler.py:1184
     return Keys(z3.Or(st.missed, miss),

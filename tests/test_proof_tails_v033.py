@@ -20,6 +20,7 @@ import json
 import random
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -57,7 +58,7 @@ def test_tail_premises_hold() -> None:
     for name in L.LEMMAS:
         for kind in (tail_v033.FA, tail_v033.MAMBA):
             assert _check(L.lemma_query(name, kind, negated=False)) == z3.sat, name
-    for name, q in L.bridge_obligations():
+    for name, q in L.bridge_obligations() + L.key_obligations():
         if "start" not in name:
             assert _check(q[:-1]) == z3.sat, name
     for name, q in L.scan_obligations(negated=False):
@@ -69,7 +70,7 @@ def test_weakened_search_summary_turns_red(monkeypatch: pytest.MonkeyPatch) -> N
     prompt token: leaves-last-token's tail query turns sat."""
     assert _check(L.final_query("leaves-last-token", "mamba", True)) == z3.unsat
 
-    def weak(pro: Any, mbp: Any, st: Any) -> z3.BoolRef:
+    def weak(pro: Any, mbp: Any, bp: Any, st: Any) -> z3.BoolRef:
         return z3.Implies(st.found, pro.cb < st.chosen)
 
     monkeypatch.setattr(L, "scan_summary", weak)
@@ -294,3 +295,15 @@ def test_tail_witness(semantics: str) -> None:
     o = evaluate(parse_scenario(w.scenario))
     assert o.tail_boundary is not None and o.hit_tokens == w.hit
 
+
+
+def test_weakened_key_lemma_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
+    """key-ready without its HIT conjunct no longer gives the keys' summary (a boundary
+    could be accepted with a key that is not a HIT)."""
+    def weak(before: Any, after: Any, ok: z3.BoolRef) -> z3.BoolRef:
+        return z3.Implies(z3.And(z3.Not(after.missed), z3.Not(after.pending)),
+                          z3.And(z3.Not(before.missed), z3.Not(before.pending)))
+
+    monkeypatch.setitem(L.LEMMAS, "key-ready", replace(L.LEMMAS["key-ready"], fact=weak))
+    q = dict(L.key_obligations())
+    assert _check(q["keys: a turn of any group keeps it"]) == z3.sat
