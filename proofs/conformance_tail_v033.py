@@ -97,6 +97,8 @@ def encode_scenario(s: Scenario, passes: int, mod: ModuleType = tail_module) -> 
     a, ended = mod.run_lookup(enc, tc, sem, max(1, passes), boundaries)
     loads = mod.load_plan(enc, tc, a)
     violations = {name: f(enc, tc, a) for name, f in mod.VIOLATIONS.items()}
+    violations["loads-stored-only"] = z3.Or([mod.violates_loads_stored_only(
+        enc, tc, a, z3.IntVal(i)) for i in range(bound)])
     solver = z3.Solver()
     solver.add(*enc.cons)
     if solver.check() != z3.sat:

@@ -340,8 +340,8 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
         return None
     left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
     # partial tails on: the layered tail proof (proofs/tail_layers_v033.py), else bounded
-    tail_status = tail_layers_v033.prove(thm, left // 2)[:2] if tail_layers_v033.covers(
-        thm) else ("UNKNOWN", "not covered")
+    tail_status = tail_layers_v033.prove(thm, left // 2, sem, assumed)[:2] if (
+        tail_layers_v033.covers(thm)) else ("UNKNOWN", "not covered")
     if tail_status[0] == "PROVED":
         return _with_tails(thm, sem, assumed, t0, timeout_ms)
     left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))

@@ -302,6 +302,17 @@ def run_tail(enc: Enc, tc: TailCfg, complete_deferred: z3.BoolRef, complete_hit:
     return finish(tc, complete_deferred, complete_hit, st), z3.Not(running(pro, st))
 
 
+def hit_end_after(c: T.Cfg, d: T.D, g: int, before: State, t: T.Step, old: z3.ArithRef
+                  ) -> z3.ArithRef:
+    """A full-attention group's ``lookup_hit_end_chunk_idx`` after its turn (:887, :957):
+    start + the chunks its prefix lookup counted (before any EAGLE pop; 0 when deferred)
+    if the turn looked up, else as it was."""
+    unverified = z3.And(c.eagle[g], z3.Not(before.verified[g]))
+    confirmed = z3.If(t.deferred, d.start[g], t.ends[2] + z3.If(unverified, 1, 0))
+    looked = z3.And(z3.Not(before.halted), z3.Not(t.too_short))
+    return z3.If(looked, confirmed, old)
+
+
 def complete_chunks(enc: Enc, tc: TailCfg, d: T.D, sem: Semantics, passes: int
                     ) -> tuple[T.Result, tuple[z3.ArithRef, ...], z3.BoolRef]:
     """``_lookup_complete_chunks`` (scheduler.py:849) composed of ``turn_v033`` turns, with
@@ -317,12 +328,8 @@ def complete_chunks(enc: Enc, tc: TailCfg, d: T.D, sem: Semantics, passes: int
         for g in groups:
             before = st
             st, t = T.group_step(enc, c, d, sem, st, g)
-            if c.kinds[g] == FA:  # :957: start + hits before any pop (0 when deferred)
-                unverified = z3.And(c.eagle[g], z3.Not(before.verified[g]))
-                confirmed = z3.If(t.deferred, d.start[g],
-                                  t.ends[2] + z3.If(unverified, 1, 0))
-                looked = z3.And(z3.Not(before.halted), z3.Not(t.too_short))
-                ends[g] = z3.If(looked, confirmed, ends[g])
+            if c.kinds[g] == FA:
+                ends[g] = hit_end_after(c, d, g, before, t, ends[g])
         return st
 
     st = run_pass(T.initial_state(enc, c, d), d.order)
@@ -404,6 +411,26 @@ def violates_no_partial_state(enc: Enc, tc: TailCfg, a: Answer,
     end = tc.base.computed + a.hit
     bad = [z3.And(loads[g].pending > 0, loads[g].state != end) for g in mamba]
     return z3.And(active(a), z3.Or(bad)) if bad else z3.BoolVal(False)
+
+
+def violates_loads_stored_only(enc: Enc, tc: TailCfg, a: Answer, chunk: z3.ArithRef,
+                               groups: Sequence[int] | None = None) -> z3.BoolRef:
+    """The hit loads a key the store does not answer HIT: ``chunk`` (any index: the
+    proof's symbolic chunk) or the partial-tail key."""
+    loads = load_plan(enc, tc, a, groups)
+    bad = []
+    for g, ld in loads.items():
+        bad.append(chunk_not_hit(tc, ld, g, chunk))
+        bad.append(key_not_hit(enc, tc, a, ld, g))
+    return z3.And(active(a), z3.Or(bad))
+
+
+def chunk_not_hit(tc: TailCfg, ld: Load, g: int, chunk: z3.ArithRef) -> z3.BoolRef:
+    return z3.And(ld.lo <= chunk, chunk < ld.hi, chunk_answer(tc, g, chunk) != HIT)
+
+
+def key_not_hit(enc: Enc, tc: TailCfg, a: Answer, ld: Load, g: int) -> z3.BoolRef:
+    return z3.And(ld.tail_key, key_answer(enc, tc, g, a.boundary) != HIT)
 
 
 def violates_leaves_last_token(enc: Enc, tc: TailCfg, a: Answer,
