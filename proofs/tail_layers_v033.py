@@ -358,7 +358,50 @@ def final_query(thm: str, kind: str, tail: bool) -> list[z3.BoolRef]:
     return _finish(enc, premises + env + facts + goal)
 
 
-CASES = ("below the bridge", "the bridge", "above the bridge")
+CASES = ("below the bridge", "the bridge")  # above it: tail_end_query
+
+
+def boundary_on_block_query() -> list[z3.BoolRef]:
+    """The complete boundary (the GPU hit plus the complete chunks' answer) is on a
+    block: the aligned loop summary (a converged hit ends on the Mamba align size, which
+    is the block), or the GPU hit itself (a multiple of the block, ``check_request``)
+    when the loop stopped. ``tail_end_query`` takes it for any complete hit."""
+    enc, tc, premises = _setup((TV.FA,))
+    c = tc.base
+    d, env = _env(enc, tc)
+    st = fresh_state(enc, 1, "end")
+    st = State(st.m, st.num_hit, st.defer, st.looked, st.verified, st.next,
+               z3.Bool("end_halted"))
+    inner = replace(c, skip_reading=z3.BoolVal(False), in_flight=z3.BoolVal(False))
+    r = T.result_of(enc, inner, d, st, [0])
+    k = z3.Int("complete_end_blocks")
+    summary = z3.Implies(z3.Not(st.halted), z3.And(st.num_hit >= 1,
+                                                   c.computed + st.num_hit == tc.block * k))
+    blocks = z3.If(st.halted, enc.floordiv(c.computed, c.gpu[0], "computed_blocks0"), k)
+    return _finish(enc, premises + env + [summary, z3.Not(r.deferred),
+                                          c.computed + r.hit != tc.block * blocks])
+
+
+def tail_end_query(kind: str) -> list[z3.BoolRef]:
+    """A partial-tail hit loads no chunk past the bridge (a group of ``kind``): its
+    boundary is at most max_boundary (the summaries), below the complete boundary plus
+    two blocks; the complete boundary is on a block (the complete-chunk loop's aligned
+    summary, or the GPU hit when it stopped: any ``complete_hit`` with that property)."""
+    enc, tc, premises = _setup((kind,))
+    pro, ch, more = _prologue(enc, tc)
+    k = z3.Int("complete_end_blocks")
+    mbp = TV.after_bridge(tc, pro, z3.Bool("bridge_missed"))
+    scan = _fresh_scan("end")
+    a = TV.finish(tc, z3.Bool("complete_deferred"), ch, scan)
+    ld = TV.load_plan(enc, tc, a, [0])[0]
+    nb = enc.cdiv(tc.base.computed + a.hit, tc.block, "gpu_blocks")
+    facts = [tc.base.computed + ch == tc.block * k,
+             bridge_summary(pro, z3.Bool("bridge_missed")),
+             scan_summary(pro, mbp, z3.Bool("bridge_pending"), scan),
+             exact(pro.bridge_idx, k, tc.block),
+             ceil_below(nb, tc.base.computed + a.hit, k + 2, tc.block)]
+    goal = [a.tail, TV.active(a), ld.hi > pro.bridge_idx + 1]
+    return _finish(enc, premises + more + facts + goal)
 
 
 def stored_only_query(kind: str, case: str) -> list[z3.BoolRef]:
@@ -407,35 +450,36 @@ def stored_only_query(kind: str, case: str) -> list[z3.BoolRef]:
     # by ``arithmetic_query``): the bridge chunk is the complete boundary's block, a
     # loaded chunk ends below the boundary
     # the chunk part of the violation (the key part: keys_loaded_query), by the chunk's
-    # place, each case with the instances of ``exact`` / ``cancel`` it needs (both
+    # place, each case with the instances of ``exact`` / ``ceil_below`` it needs (both
     # proved alone by ``arithmetic_query``)
     k = z3.Int("complete_end_blocks")
     ld = TV.load_plan(enc, tc, a, [0])[0]
-    nb = enc.cdiv(c.computed + a.hit, tc.block, "gpu_blocks")
-    where = {"below the bridge": i < pro.bridge_idx, "the bridge": i == pro.bridge_idx,
-             "above the bridge": i > pro.bridge_idx}[case]
+    where = {"below the bridge": i < pro.bridge_idx, "the bridge": i == pro.bridge_idx}[case]
     if case == "the bridge":
         facts.append(exact(pro.bridge_idx, k, tc.block))
-    elif case == "above the bridge":
-        facts += [exact(pro.bridge_idx, k, tc.block), cancel(nb - 1, k + 2, tc.block)]
     goal = [a.tail, TV.active(a), where, TV.chunk_not_hit(tc, ld, 0, i)]
     return _finish(enc, premises + env + facts + goal)
 
 
-def cancel(x: z3.ArithRef, y: z3.ArithRef, b: z3.ArithRef) -> z3.BoolRef:
-    """``x * b < y * b`` with ``b >= 1`` means ``x < y``."""
-    return z3.Implies(z3.And(b >= 1, x * b < y * b), x < y)
+def ceil_below(q: z3.ArithRef, x: z3.ArithRef, y: z3.ArithRef, b: z3.ArithRef
+               ) -> z3.BoolRef:
+    """A ceiling quotient ``q`` of ``x`` by ``b`` (its lower bound) with ``x < y * b`` is
+    at most ``y``."""
+    return z3.Implies(z3.And(b >= 1, (q - 1) * b < x, x < y * b), q <= y)
 
 
 def exact(q: z3.ArithRef, k: z3.ArithRef, b: z3.ArithRef) -> z3.BoolRef:
     """A quotient of ``b * k`` by ``b`` (its floor-division bounds) is ``k``."""
-    return z3.Implies(z3.And(b >= 1, q * b <= b * k, b * k < (q + 1) * b), q == k)
+    return z3.Implies(z3.And(b >= 1, q * b <= b * k, b * k < (q + 1) * b),
+                      z3.And(q == k, q * b == b * k, (q + 1) * b == b * k + b))
 
 
 def arithmetic_query() -> list[z3.BoolRef]:
-    """``exact`` holds for all integers (its instances are premises elsewhere)."""
+    """``exact`` and ``ceil_below`` hold for all integers (their instances are premises
+    elsewhere)."""
     q, k, b = z3.Ints("q k b")
-    return [z3.Not(z3.And(exact(q, k, b), cancel(q, k, b)))]
+    x = z3.Int("x")
+    return [z3.Not(z3.And(exact(q, k, b), ceil_below(q, x, k, b)))]
 
 
 def keys_loaded_query(kind: str) -> list[z3.BoolRef]:
@@ -517,11 +561,15 @@ def proof_queries(thm: str, sem: Semantics | None = None, assumed: Sequence[str]
                 f"({', '.join(assumed) or 'no precondition'})",
                 partial(layouts_query, tuple(assumed))))
     if stored:
-        out.append(("arithmetic: exact division, cancellation", arithmetic_query))
+        out.append(("arithmetic: exact division, a ceiling below a multiple",
+                    arithmetic_query))
+        out.append(("the complete boundary is on a block", boundary_on_block_query))
         for kind in (TV.FA, TV.MAMBA):
             for case in CASES:
                 out.append((f"loads-stored-only with a partial-tail hit: a chunk {case} "
                             f"({kind})", partial(stored_only_query, kind, case)))
+            out.append((f"loads-stored-only with a partial-tail hit: no chunk past the "
+                        f"bridge ({kind})", partial(tail_end_query, kind)))
             out.append((f"loads-stored-only: no partial-tail hit, the same answer as tails "
                         f"off ({kind})", partial(final_query, "no-partial-state", kind,
                                                   False)))

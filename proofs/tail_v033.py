@@ -132,11 +132,11 @@ def prologue(enc: Enc, tc: TailCfg, complete_hit: z3.ArithRef) -> Prologue:
     search = z3.If(tc.margin_on, 2 * block, block)  # scheduler.py:1083: num_search_blocks
     mb = zmin(c.prompt - 1, cb + search - 1)  # scheduler.py:1087
     # scheduler.py:1088: the proof key needs a hash of this request past the boundary
-    hashed = tph * enc.floordiv(c.prompt, tph, "num_hashes")
+    hashed = enc.floordiv(c.prompt, tph, "num_hashes") * tph
     mb = z3.If(tc.margin_on, zmin(mb, hashed - tph), mb)
     mb = z3.If(c.has_new_cap, zmin(mb, local + c.new_cap), mb)  # scheduler.py:1095
     mb = z3.If(c.has_load_cap, zmin(mb, local + c.load_cap), mb)  # scheduler.py:1097
-    mb = tph * enc.floordiv(mb, tph, "max_boundary_hashes")  # scheduler.py:1102
+    mb = enc.floordiv(mb, tph, "max_boundary_hashes") * tph  # scheduler.py:1102
     go = mb > cb  # scheduler.py:1103
     bridge_idx = enc.floordiv(cb, block, "bridge_chunk")  # scheduler.py:1111
     bridge_b = (bridge_idx + 1) * block
