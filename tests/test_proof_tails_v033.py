@@ -46,7 +46,7 @@ def _check(q: list[z3.BoolRef]) -> z3.CheckSatResult:
     return s.check()
 
 
-@pytest.mark.parametrize("thm", L.COVERED)
+@pytest.mark.parametrize("thm", [t for t in L.COVERED if t != "loads-stored-only"])
 def test_tail_queries_are_proved(thm: str) -> None:
     for name, build in L.proof_queries(thm):
         assert _check(build()) == z3.unsat, name
@@ -55,10 +55,14 @@ def test_tail_queries_are_proved(thm: str) -> None:
 def test_tail_premises_hold() -> None:
     """Not vacuous: each lemma's and each step's premises (all but its negated claim)
     hold somewhere."""
+    sem = get_semantics("vllm-0.33.0")
     for name in L.LEMMAS:
         for kind in (tail_v033.FA, tail_v033.MAMBA):
-            assert _check(L.lemma_query(name, kind, negated=False)) == z3.sat, name
-    for name, q in L.bridge_obligations() + L.key_obligations():
+            if name == "confirmed-hits" and kind == tail_v033.MAMBA:
+                continue  # only full-attention groups confirm chunks
+            q = L.lemma_query(name, kind, negated=False, sem=sem)
+            assert _check(q) == z3.sat, name
+    for name, q in L.bridge_obligations(True) + L.key_obligations():
         if "start" not in name:
             assert _check(q[:-1]) == z3.sat, name
     for name, q in L.scan_obligations(negated=False):
@@ -104,6 +108,7 @@ def test_tail_loads_stored_only_is_proved(semantics: str) -> None:
         assert _check(build()) == z3.unsat, name
 
 
+@pytest.mark.slow
 def test_dropped_bridge_readiness_turns_red() -> None:
     """Without the bridge loops' readiness a loaded bridge chunk could be a miss: the
     bridge case of loads-stored-only turns sat."""
