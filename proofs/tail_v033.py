@@ -332,7 +332,7 @@ def complete_chunks(enc: Enc, tc: TailCfg, d: T.D, sem: Semantics, passes: int
                 ends[g] = hit_end_after(c, d, g, before, t, ends[g])
         return st
 
-    st = run_pass(T.initial_state(enc, c, d), d.order)
+    st = run_pass(T.initial_state(enc, c, d, sem.cap_min), d.order)
     for _ in range(passes - 1):
         done = T.finished(st)
         saved = list(ends)

@@ -36,7 +36,8 @@ from proofs import tail_layers_v033 as L
 from proofs import tail_v033
 from proofs.conformance_tail_v033 import encode_scenario, in_scope
 
-SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun")
+SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
+             "alt-v033-cap-min")
 
 
 def _check(q: list[z3.BoolRef]) -> z3.CheckSatResult:
