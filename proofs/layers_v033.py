@@ -326,8 +326,9 @@ def _tail_witness(thm: str, sem: Semantics, w: Witness, deadline: float) -> Witn
 
 def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
           ) -> Verdict | None:
-    """A verdict from the layered proof (partial tails off) and the bounded check of the
-    layouts with partial tails on, or None when the layered proof does not close (the
+    """A verdict from the layered proof (partial tails off) and, for the layouts with
+    partial tails on, the layered tail proof (``proofs.tail_layers_v033``) or, where that
+    does not close, the bounded check; None when the layered proof does not close (the
     caller then runs the bounded check, which finds any counterexample).
     ``termination`` keeps the whole bounded check: the bounded verdicts of the other
     theorems rest on its bound on the passes."""
