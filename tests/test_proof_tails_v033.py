@@ -338,3 +338,16 @@ def test_weakened_key_lemma_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(L.LEMMAS, "key-ready", replace(L.LEMMAS["key-ready"], fact=weak))
     q = dict(L.key_obligations())
     assert _check(q["keys: a turn of any group keeps it"]) == z3.sat
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("thm", ["no-partial-state", "leaves-last-token"])
+def test_check_routes_tails_through_the_layered_proof(thm: str) -> None:
+    """``proofs.check`` answers the 0.33.0 rows from both layered proofs: the scope says
+    partial tails on or off, and no bounded scope is left."""
+    from proofs.check import check
+
+    v = check(thm, "vllm-0.33.0", 300_000)
+    assert v.status == "PROVED", v.note
+    assert v.scope is not None and "partial tails on or off" in v.scope
+    assert "bounded" not in v.note and "tail_layers_v033" in v.note
