@@ -50,7 +50,10 @@ Query = tuple[str, Callable[[], list[z3.BoolRef]]]
 
 
 def covers(thm: str, assumed: Sequence[str]) -> bool:
-    return thm in COVERED and all(p in TAKES for p in assumed)
+    from proofs import maximality_layers_v033  # maximality: its own module
+
+    return (thm in COVERED and all(p in TAKES for p in assumed)) or \
+        maximality_layers_v033.covers(thm, assumed)
 
 
 def _aligned(thm: str) -> bool:
@@ -144,6 +147,10 @@ def final_query(thm: str, assumed: Sequence[str], kind: str) -> list[z3.BoolRef]
 
 def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Query]:
     """Every query of the layered proof: each must be unsatisfiable."""
+    if thm == "maximality":  # proofs/maximality_layers_v033.py
+        from proofs import maximality_layers_v033
+
+        return maximality_layers_v033.proof_queries(sem, assumed)
     aligned = _aligned(thm)
     names = loop_assumes(sem.reround_mamba, sem.reround_rerun, aligned)
     out: list[Query] = []
@@ -279,6 +286,11 @@ def witness(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 
     """A run the layered proof's premises admit, with a non-zero hit that restores a
     Mamba state, replayed through model/ (same hit, a Mamba load)."""
     from proofs.witness import _solve_alone
+
+    if thm == "maximality":  # proofs/maximality_layers_v033.py
+        from proofs import maximality_layers_v033
+
+        return maximality_layers_v033.witness(sem, assumed, timeout_ms)
 
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
