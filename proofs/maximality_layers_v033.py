@@ -48,8 +48,9 @@ from model.semantics import Semantics
 from proofs import abstract_v033 as A
 from proofs import layers_v033 as L
 from proofs import turn_v033 as T
-from proofs.encoding import NEXT_NONE, Enc, State, Store, fresh_state, zmax
+from proofs.encoding import NEXT_ALL, NEXT_NONE, NEXT_SW, Enc, State, Store, fresh_state, zmax
 from proofs.lemmas_v033 import Lemma
+from proofs.lemmas_v033 import assumed as loop_assumes
 from proofs.witness import Witness
 
 THEOREM = "maximality"
@@ -314,9 +315,9 @@ def obligations(reround: bool, rerun: bool) -> list[tuple[str, list[z3.BoolRef]]
         ("maximality loop: a pass that schedules nothing ends at or above the valid hit",
          end + [e.next == NEXT_NONE, z3.Not(done)]),
         ("maximality loop: a pass of every group follows one that schedules it",
-         end + [e.next == A.ALL, z3.Not(inv(rerun_all))]),
+         end + [e.next == NEXT_ALL, z3.Not(inv(rerun_all))]),
         ("maximality loop: a pass of the windowed groups follows one that schedules it",
-         end + [e.next == A.SW, z3.Not(inv(rerun_sw))]),
+         end + [e.next == NEXT_SW, z3.Not(inv(rerun_sw))]),
     ]
     return out
 
@@ -344,7 +345,7 @@ def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[L.Query]:
     out: list[L.Query] = [("lemma monotone: x <= y and b >= 1 give x * b <= y * b",
                            monotone_lemma)]
     base = _base_assumed(pre)
-    for name in A.assumed(sem.reround_mamba, sem.reround_rerun, False):
+    for name in loop_assumes(sem.reround_mamba, sem.reround_rerun, False):
         for kind in T.KINDS:
             out.append((f"lemma {name} ({kind})",
                         partial(L.lemma_turn, sem, base, name, kind)))
