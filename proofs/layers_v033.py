@@ -11,7 +11,8 @@ EAGLE flag and eagle_verified flag are symbolic and so is the state the turn sta
 from: a lemma proved for each kind holds for every turn of every group of every layout.
 
 Theorems covered (``covers``): no-partial-state (0.33.0 with align-divides-blocks; the
-two fixes with nothing assumed), leaves-last-token and termination. Counterexamples
+two fixes with nothing assumed), leaves-last-token and termination; maximality (with
+no-eagle and caps-reach-prompt) in ``proofs.maximality_layers_v033``. Counterexamples
 still come from the bounded exact encoding (``proofs.check_v033``).
 """
 
@@ -337,7 +338,9 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
     bounded = check_v033.check(thm, sem.name, assumed, left, tails_only=tails)
     scope = (f"{SCOPE_WORDS}; with partial tails on, within the bounded scope of "
              f"proofs/encoding_v033.py ({SCOPE.words()})" if tails else SCOPE_WORDS)
-    note = f"layered proof (proofs/layers_v033.py): {SCOPE_WORDS}"
+    where = ("proofs/maximality_layers_v033.py" if thm == "maximality"
+             else "proofs/layers_v033.py")
+    note = f"layered proof ({where}): {SCOPE_WORDS}"
     if bounded.status != "PROVED":
         return Verdict(bounded.status, time.monotonic() - t0, bounded.counterexample,
                        f"{note}; but {'partial tails on' if tails else 'the pass bound'}: "
