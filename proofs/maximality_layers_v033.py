@@ -324,18 +324,20 @@ def obligations(reround: bool, rerun: bool) -> list[tuple[str, list[z3.BoolRef]]
 
 
 def final_query(pre: Sequence[str], kind: str) -> list[z3.BoolRef]:
-    """The answer, read exactly (``turn_v033.result_of``) from the loop's end: neither
-    stopped nor deferred, ``max_hit_size_tokens = y >= c``. A valid hit reads the prefix
-    cache and has no transfer in flight, so the lookup defers or answers at least
-    ``h*``. The other groups' being-loaded delay is left out (it only defers more)."""
+    """The answer, read exactly (``turn_v033.result_of``) from the loop's end as
+    ``obligations`` leaves it: not stopped, with max_hit_size_tokens ``y`` and the loop's
+    deferral flag ``defer``, ``defer`` or ``y >= c``. A valid hit reads the prefix cache
+    and has no transfer in flight, so the lookup defers or answers at least ``h*``. The
+    other groups' being-loaded delay is left out (it only defers more)."""
     enc, cfg, d, premises = _setup(pre, (kind,))
     h = z3.Int("valid_hit")
     premises.append(valid_hit(enc, cfg, d, h, [0]))
-    y = z3.Int("final_max_hit")
-    st = State(y, y - cfg.computed, z3.BoolVal(False), z3.BoolVal(False),
-               (z3.BoolVal(False),), z3.IntVal(NEXT_NONE), z3.BoolVal(False))
+    y, defer = z3.Int("final_max_hit"), z3.Bool("final_defer")
+    st = State(y, y - cfg.computed, defer, z3.BoolVal(False), (z3.BoolVal(False),),
+               z3.IntVal(NEXT_NONE), z3.BoolVal(False))
     r = T.result_of(enc, cfg, d, st, [0])
-    return _finish(enc, premises + [y >= cfg.computed + h, z3.Not(r.deferred), r.hit < h])
+    return _finish(enc, premises + [z3.Or(defer, y >= cfg.computed + h),
+                                    z3.Not(r.deferred), r.hit < h])
 
 
 def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[L.Query]:

@@ -261,3 +261,17 @@ def test_strengthened_to_no_hit_has_no_witness(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(M.GLOBAL_RULES, "nothing", lambda enc, cfg, d, h, y: h <= 0)
     w = M.witness(get_semantics("vllm-0.33.0"), PRE, 20_000)
     assert not w.found and "vacuous" in w.note
+
+
+def test_caps_reach_prompt_formula_conforms() -> None:
+    """The turn encoding's caps-reach-prompt says what the plain predicate says; both
+    values occur."""
+    seen = set()
+    for s in [*SCENARIOS, *(s for s in GENERATED if in_scope(s))]:
+        cfg, _ = concrete_config(s)
+        enc = Enc()
+        d = turn_v033.derive(enc, cfg)
+        got = z3.simplify(M.precondition("caps-reach-prompt", enc, cfg, d))
+        assert z3.is_true(got) == _caps_reach(s), s
+        seen.add(z3.is_true(got))
+    assert seen == {True, False}
