@@ -179,6 +179,10 @@ def prove(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
           ) -> tuple[str, str, float]:
     """('PROVED' | 'FAILED' | 'UNKNOWN', which query, seconds). A lemma proved once in
     this process (same semantics and preconditions) is not asked again."""
+    if thm == "maximality":  # proofs/maximality_layers_v033.py
+        from proofs import maximality_layers_v033
+
+        return maximality_layers_v033.prove(sem, assumed, timeout_ms)
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
     for name, build in proof_queries(thm, sem, assumed):

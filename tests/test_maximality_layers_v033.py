@@ -275,3 +275,11 @@ def test_caps_reach_prompt_formula_conforms() -> None:
         assert z3.is_true(got) == _caps_reach(s), s
         seen.add(z3.is_true(got))
     assert seen == {True, False}
+
+
+@pytest.mark.slow
+def test_layered_maximality_proves_on_all_three_and_needs_caps() -> None:
+    for semantics in SEMANTICS:
+        assert M.prove(get_semantics(semantics), PRE, 300_000)[0] == "PROVED", semantics
+    status, where, _ = M.prove(get_semantics("vllm-0.33.0"), ("no-eagle",), 300_000)
+    assert status == "FAILED" and "valid-below-m0" in where, (status, where)
