@@ -30,6 +30,7 @@ from proofs import abstract_v033 as abstract
 from proofs import maximality_layers_v033 as M
 from proofs import turn_v033
 from proofs.conformance_turn_v033 import concrete_config, in_scope
+from proofs.conformance_v033 import valid_hits
 from proofs.encoding import Enc
 from proofs.lemmas_v033 import Lemma
 from tests.test_maximality_v033 import GENERATED
@@ -91,6 +92,15 @@ def _agree(items: list[Scenario]) -> int:
 
 def test_split_valid_hit_conforms_to_model() -> None:
     assert _agree(SCENARIOS) >= 8
+
+
+def test_split_valid_hit_equals_the_encodings_valid_hit() -> None:
+    """Directly against ``proofs.encoding_v033.valid_hit`` (the bounded encoding's twin
+    of the model) on the scenarios in that encoding's scope."""
+    items = [s for s in GENERATED if in_scope(s)][:12]
+    assert sum(bool(valid_hits(s)) for s in items) >= 3
+    for s in items:
+        assert split_hits(s) == valid_hits(s), s
 
 
 @pytest.mark.slow
