@@ -26,6 +26,13 @@ The proof, for a valid hit ``h*`` ending at ``c = num_computed_tokens + h*``:
 3. The answer (``final_query``): read exactly from that end, the lookup defers or
    answers at least ``h*``.
 
+The statement is the bounded check's (``proofs.check_v033.violation``): the lookup, when
+it answers, answers at least every valid hit. (That the answer is itself valid is not
+part of it: its parts are the other theorems.) The nonlinear steps (a multiple of a
+chunk or of the align size below a bound stays below its round-down) get instances of
+lemma monotone, proved by its own query, at the query's quotients; a Mamba group's keeps
+is asked in two cases, Mamba align on and off.
+
 ``no-eagle`` enters the lemmas (an EAGLE group's pop gives its trailing chunk away), and
 ``caps-reach-prompt`` the lemma ``valid-below-m0`` (a cap below the prompt still loses
 the last-token margin of scheduler.py:876): both are shown necessary by the bounded
