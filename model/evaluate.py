@@ -89,7 +89,7 @@ def _evaluate_v033(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
     except Refused as e:
         return Outcome(sem.name, str(e), None, (), ())
     res, boundary = lookup_v033.get_num_new_matched_tokens(
-        layout, s, sem.reround_mamba, sem.reround_rerun)
+        layout, s, sem.reround_mamba, sem.reround_rerun, sem.cap_min)
     plan = load_v033.load_plan(layout, s, res.num_hit_tokens, boundary)
     violations = check_all(s, layout, res.num_hit_tokens, plan)
     if s.valid_hit is not None and res.num_hit_tokens is not None:

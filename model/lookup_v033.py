@@ -107,7 +107,8 @@ def _caps(s: Scenario) -> tuple[int | None, int | None]:
 
 def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
                            st: _State, reround_mamba: bool = False,
-                           reround_rerun: bool = False) -> tuple[int | None, str]:
+                           reround_rerun: bool = False, cap_min: bool = False
+                           ) -> tuple[int | None, str]:
     """scheduler.py:849: tokens beyond the GPU hit that whole chunks can give.
 
     ``reround_mamba``: finding 001's fix (docs/findings/001-fix.diff, semantics
@@ -115,7 +116,10 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
     down to the Mamba align size again, so a group whose chunk is not a multiple of the
     Mamba chunk cannot leave it between two Mamba boundaries. ``reround_rerun`` (semantics
     ``alt-v033-reround-mamba-rerun``): when that round-down cuts a sliding-window group's
-    confirmed window, the sliding-window groups are looked up again at the lowered bound."""
+    confirmed window, the sliding-window groups are looked up again at the lowered bound.
+    ``cap_min``: finding 003's fix (docs/findings/003-fix.diff, semantics
+    ``alt-v033-cap-min``): the last-prompt-token rule (:876) takes the minimum with
+    ``num_tokens - 1`` instead of subtracting one after the caps."""
 
     def reround(tokens: int) -> int:
         if reround_mamba and layout.mamba_align_size is not None:
@@ -131,7 +135,10 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
     if max_load_tokens is not None:  # scheduler.py:867
         max_hit_size_tokens = min(max_hit_size_tokens, num_computed_tokens + max_load_tokens)
     if layout.sliding_window_groups:
-        max_hit_size_tokens -= 1  # scheduler.py:876: recompute the last prompt token
+        if cap_min:  # the fix (0.33.0 subtracts): a cap below the prompt end stays
+            max_hit_size_tokens = min(max_hit_size_tokens, s.prompt_tokens - 1)
+        else:
+            max_hit_size_tokens -= 1  # scheduler.py:876: recompute the last prompt token
         if layout.mamba_align_size is not None:  # scheduler.py:877: PR #44599's rounding
             max_hit_size_tokens = round_down(max_hit_size_tokens, layout.mamba_align_size)
     num_hit_tokens = 0
@@ -253,7 +260,8 @@ def _lookup_partial_tail(layout: ChunkLayout, s: Scenario, mgr: _Manager, bounda
 
 
 def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
-           reround_rerun: bool = False) -> tuple[LookupResult, int | None]:
+           reround_rerun: bool = False, cap_min: bool = False
+           ) -> tuple[LookupResult, int | None]:
     """``_lookup`` (scheduler.py:1068): complete chunks, then a partial tail past them.
 
     Returns the lookup result and the partial-tail boundary (None: none chosen).
@@ -267,7 +275,7 @@ def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
         return LookupResult(hit, tuple(st.steps), segs, st.passes, reason), boundary
 
     complete_hit, reason = lookup_complete_chunks(  # scheduler.py:1073
-        layout, s, mgr, st, reround_mamba, reround_rerun)
+        layout, s, mgr, st, reround_mamba, reround_rerun, cap_min)
     if complete_hit is None or not layout.supports_partial_tail:  # scheduler.py:1075
         return done(complete_hit, reason)
     max_num_new_tokens, max_load_tokens = _caps(s)
@@ -321,12 +329,13 @@ def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
 
 
 def get_num_new_matched_tokens(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
-                               reround_rerun: bool = False
+                               reround_rerun: bool = False, cap_min: bool = False
                                ) -> tuple[LookupResult, int | None]:
     """scheduler.py:1210: the connector's answer for a new request (``reround_mamba``:
-    finding 001's fix, semantics ``alt-v033-reround-mamba``)."""
+    finding 001's fix, semantics ``alt-v033-reround-mamba``; ``cap_min``: finding 003's,
+    ``alt-v033-cap-min``)."""
     if s.in_flight_transfers:  # scheduler.py:1247: in-flight transfers make it wait
         return LookupResult(None, (), (), 0, "the request has in-flight transfers"), None
     if s.skip_reading_prefix_cache:  # scheduler.py:1258
         return LookupResult(0, (), (), 0, "the request skips reading the prefix cache"), None
-    return lookup(layout, s, reround_mamba, reround_rerun)
+    return lookup(layout, s, reround_mamba, reround_rerun, cap_min)

@@ -39,6 +39,11 @@ class Semantics:
     # ... and a sliding-window group whose confirmed window that rounding cut is looked up
     # again (the loop's re-run of the sliding-window groups), so its window ends at the hit
     reround_rerun: bool = False
+    # finding 003's proposed fix (docs/findings/003-fix.diff): the last-prompt-token rule
+    # of the 0.33.0 lookup lowers max_hit_size_tokens to num_tokens - 1 (a minimum, as
+    # the partial-tail path does, scheduler.py:1087) instead of subtracting one after the
+    # caps, so a cap that ends before the prompt's end keeps its value
+    cap_min: bool = False
 
 
 SEMANTICS: dict[str, Semantics] = {
@@ -95,6 +100,13 @@ CHUNKED_SEMANTICS: dict[str, Semantics] = {
             "group's confirmed window, the sliding-window groups are looked up again at the "
             "lowered bound (otherwise the load can read a window chunk the store lacks).",
             chunked=True, reround_mamba=True, reround_rerun=True,
+        ),
+        Semantics(
+            "alt-v033-cap-min", "0.33.0", "max_hit", "groups", True, True, True, True,
+            "Finding 003's proposed fix (docs/findings/003-fix.diff): vLLM 0.33.0 with the "
+            "last-prompt-token rule taken as a minimum with num_tokens - 1 instead of one "
+            "token subtracted after the caps (a cap below the prompt's end keeps its value).",
+            chunked=True, cap_min=True,
         ),
     )
 }

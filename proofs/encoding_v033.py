@@ -411,11 +411,15 @@ def named(enc: Enc33, st: State33) -> State33:
 def initial_state(enc: Enc33, cfg: Config33, d: Derived33, sem: Semantics) -> State33:
     """max_hit_size_tokens before the loop (scheduler.py:862-881)."""
     nc = cfg.computed
-    m: z3.ArithRef = cfg.prompt  # scheduler.py:862
+    # finding 003's fix takes the last-token rule (:876) as a minimum with prompt - 1:
+    # the same bound when started from prompt - 1 before the caps (no extra term)
+    last_first = d.windowed_any and sem.cap_min
+    m: z3.ArithRef = cfg.prompt - 1 if last_first else cfg.prompt  # scheduler.py:862
     m = z3.If(cfg.has_new_cap, zmin(m, nc + cfg.new_cap), m)  # scheduler.py:863
     m = z3.If(cfg.has_load_cap, zmin(m, nc + cfg.load_cap), m)  # scheduler.py:867
     if d.windowed_any:
-        m = m - 1  # scheduler.py:876: recompute the last prompt token
+        if not last_first:
+            m = m - 1  # scheduler.py:876: recompute the last prompt token
         m = z3.If(d.align_on, enc.round_down(m, d.align, enc.scope.chunks + 1), m)  # :877
     n = len(cfg.kinds)
     return State33(enc.name(m, "max_hit"), z3.IntVal(0), z3.BoolVal(False),

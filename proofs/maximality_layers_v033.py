@@ -251,7 +251,7 @@ def lemma_query(sem: Semantics, pre: Sequence[str], name: str, kind: str,
     elif name == "valid-covers-chunk":
         claim = fact(name, c, cfg.computed, d.tpc[0])
     elif name == "valid-below-m0":
-        claim = fact(name, c, T.initial_max_hit(enc, cfg, d))
+        claim = fact(name, c, T.initial_max_hit(enc, cfg, d, sem.cap_min))
     else:
         raise ValueError(f"maximality lemma {name!r}: unknown")
     helpers = monotone_instances(enc, ends, d.tpc[0])

@@ -168,7 +168,8 @@ PRECONDITIONS: dict[str, Precondition] = {
             "(_max_loadable_tokens in offloading_connector.py; it always ends before "
             "the prompt). A cap below the prompt still loses the last-token margin "
             "(scheduler.py:876 subtracts 1 after the caps, :863-870), then the Mamba or "
-            "load-cap round-down (:877, :917) can lose a whole chunk.",
+            "load-cap round-down (:877, :917) can lose a whole chunk (finding 003; its "
+            "fix, alt-v033-cap-min, needs no such precondition).",
         ),
         Precondition(
             "nothing-deferred-or-loading",
@@ -315,7 +316,10 @@ class Theorem:
 ALL_SEMANTICS = ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit", "alt-cache-config-block-size")
 # vLLM 0.33.0 and finding 001's two fixes: proved by the bounded exact encoding
 # (proofs/encoding_v033.py; its scope, Scope.words, stands beside every verdict)
-V033 = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun")
+V033 = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
+        "alt-v033-cap-min")
+# finding 003's fix on top of 0.33.0 as released (finding 001 not fixed)
+CAP_MIN = "alt-v033-cap-min"
 # the engine's request rules: every result assumes them (proofs.check.check), and the
 # counterexample search never leaves them out
 RUNTIME = ("gpu-hit-aligned", "gpu-hit-leaves-last-token", "gpu-hit-needs-prefix-caching")
@@ -337,10 +341,12 @@ THEOREMS: dict[str, Theorem] = {
             _holds_on("vllm-0.24.0", *V033),
             uses_store=False,
             aligned=True,
-            # finding 001: 0.33.0 fails over the layouts it accepts; both fixes hold
-            accepted=_holds_on(*V033[1:]),
+            # finding 001: 0.33.0 (and finding 003's fix of it) fails over the layouts it
+            # accepts; both fixes of finding 001 hold
+            accepted=_holds_on(*V033[1:3]),
             preconditions_by={"vllm-0.33.0": ("align-divides-blocks",),
-                              **{s: () for s in V033[1:]}},
+                              CAP_MIN: ("align-divides-blocks",),
+                              **{s: () for s in V033[1:3]}},
         ),
         Theorem(
             "loads-stored-only",
@@ -351,8 +357,9 @@ THEOREMS: dict[str, Theorem] = {
             split=True,
             containment=True,
             # finding 001's proposed fix can load a window chunk the store lacks
-            accepted=_holds_on("vllm-0.33.0", "alt-v033-reround-mamba-rerun"),
-            preconditions_by={"vllm-0.33.0": (), "alt-v033-reround-mamba-rerun": ()},
+            accepted=_holds_on("vllm-0.33.0", "alt-v033-reround-mamba-rerun", CAP_MIN),
+            preconditions_by={"vllm-0.33.0": (), "alt-v033-reround-mamba-rerun": (),
+                              CAP_MIN: ()},
         ),
         Theorem(
             "leaves-last-token",
@@ -388,10 +395,11 @@ THEOREMS: dict[str, Theorem] = {
             None,  # built in proofs.check (it needs the candidate in the invariant)
             ("no-eagle", "window-not-one-past-blocks"),
             # 0.33.0 (complete chunks, model/maximality_v033.py): an EAGLE group's pop
-            # and a binding cap each give hit tokens away
+            # and a binding cap each give hit tokens away; finding 003's fix keeps the cap's
             _holds_on("vllm-0.23.0", "vllm-0.24.0", *V033),
             accepted=_holds_on(),
-            preconditions_by={s: ("no-eagle", "caps-reach-prompt") for s in V033},
+            preconditions_by={**{s: ("no-eagle", "caps-reach-prompt") for s in V033[:3]},
+                              CAP_MIN: ("no-eagle",)},
         ),
     )
 }

@@ -314,19 +314,21 @@ def load_window(enc: Enc, cfg: Cfg, d: D, g: int, num_tokens: z3.ArithRef
 # --- the convergence loop (scheduler.py:893) ---------------------------------------------
 
 
-def initial_max_hit(enc: Enc, cfg: Cfg, d: D) -> z3.ArithRef:
-    """max_hit_size_tokens before the loop (scheduler.py:862-881)."""
+def initial_max_hit(enc: Enc, cfg: Cfg, d: D, cap_min: bool = False) -> z3.ArithRef:
+    """max_hit_size_tokens before the loop (scheduler.py:862-881); ``cap_min``: finding
+    003's fix (semantics alt-v033-cap-min), the last-token rule as a minimum."""
     nc = cfg.computed
     m: z3.ArithRef = cfg.prompt  # scheduler.py:862
     m = z3.If(cfg.has_new_cap, zmin(m, nc + cfg.new_cap), m)  # scheduler.py:863
     m = z3.If(cfg.has_load_cap, zmin(m, nc + cfg.load_cap), m)  # scheduler.py:867
-    rounded = d.align * enc.floordiv(m - 1, d.align, "initial_rounded")  # :877
-    return z3.If(d.any_windowed, z3.If(d.align_on, rounded, m - 1), m)  # scheduler.py:876
+    last = zmin(m, cfg.prompt - 1) if cap_min else m - 1  # scheduler.py:876
+    rounded = d.align * enc.floordiv(last, d.align, "initial_rounded")  # :877
+    return z3.If(d.any_windowed, z3.If(d.align_on, rounded, last), m)
 
 
-def initial_state(enc: Enc, cfg: Cfg, d: D) -> State:
+def initial_state(enc: Enc, cfg: Cfg, d: D, cap_min: bool = False) -> State:
     n = len(cfg.kinds)
-    return State(initial_max_hit(enc, cfg, d), z3.IntVal(0), z3.BoolVal(False),
+    return State(initial_max_hit(enc, cfg, d, cap_min), z3.IntVal(0), z3.BoolVal(False),
                  z3.BoolVal(False), tuple(z3.BoolVal(False) for _ in range(n)),
                  z3.IntVal(NEXT_NONE), z3.BoolVal(False))
 
@@ -429,7 +431,7 @@ def finished(st: State) -> z3.BoolRef:
 def run_loop(enc: Enc, cfg: Cfg, d: D, sem: Semantics, passes: int) -> State:
     """``passes`` passes of the loop composed of ``group_step`` (a finished loop stays
     as it is): for concrete runs (conformance, witnesses)."""
-    st = run_pass(enc, cfg, d, sem, initial_state(enc, cfg, d), d.order)
+    st = run_pass(enc, cfg, d, sem, initial_state(enc, cfg, d, sem.cap_min), d.order)
     for _ in range(passes - 1):
         every = run_pass(enc, cfg, d, sem, st, d.order)
         windowed = run_pass(enc, cfg, d, sem, st, d.windowed)

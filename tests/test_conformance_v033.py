@@ -24,7 +24,8 @@ from model.scenario import Scenario, parse_scenario
 from proofs import encoding_v033
 from proofs.conformance_v033 import encode_scenario, in_scope, tails_on
 
-SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun")
+SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
+             "alt-v033-cap-min")
 KINDS = (("full_attention",), ("mamba",), ("sliding_window",),
          ("full_attention", "mamba"), ("sliding_window", "mamba"),
          ("mamba", "sliding_window"), ("full_attention", "sliding_window"),
@@ -259,6 +260,11 @@ WITNESSES: dict[str, dict[str, Any]] = {
                     "stored": [0], "pending": [0]},
                    {"kind": "full_attention", "gpu_block_size": 4, "stored": [0],
                     "eagle": True}]},
+    "cap-min": {  # finding 003's fix: the load cap 2 ends before the prompt: hit 2, not 0
+        "semantics": "alt-v033-cap-min", "block_size_factor": 1, "prompt_tokens": 3,
+        "num_computed_tokens": 0, "max_load_tokens": 2,
+        "groups": [{"kind": "mamba", "gpu_block_size": 2, "mamba_cache_mode": "align",
+                    "stored": "all"}]},
     "finding-001": {  # no-partial-state's counterexample: the Mamba state at 4, hit 3
         "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 5,
         "num_computed_tokens": 0,
@@ -342,6 +348,8 @@ ENCODING_SABOTAGES = {
         "m = z3.If(cfg.has_load_cap, enc.round_down(m, tpc, N + 1), m)", ""),
     # scheduler.py:1000: a non-EAGLE group's tightening clears eagle_verified
     "eagle-verified-clear": ("verified = [z3.And(v, z3.Not(clear)) for v in verified]", ""),
+    # finding 003's fix (alt-v033-cap-min): the last-token rule as a minimum, not :876's -1
+    "cap-min": ("last_first = d.windowed_any and sem.cap_min", "last_first = False"),
     # scheduler.py:1129: a missing bridge chunk lowers max_boundary below the bridge
     "tail-bridge-miss": (
         'mb_q = enc.name(z3.If(missed, bridge_q - 1, mb_q), "max_boundary_q")', ""),
@@ -393,7 +401,8 @@ def test_sabotaged_encoding_v033_fails_conformance(name: str) -> None:
 
 
 @pytest.mark.conformance
-@pytest.mark.parametrize("name", ["eagle-pop", "mamba-round-down", "load-cap-align"])
+@pytest.mark.parametrize("name", ["eagle-pop", "mamba-round-down", "load-cap-align",
+                                  "cap-min"])
 def test_generator_catches_v033_sabotage(name: str) -> None:
     assert _caught(sabotaged(name), 1500)
 

@@ -179,3 +179,32 @@ def test_finding_003_load_cap_loses_a_chunk_on_real_033_scheduler() -> None:
     o = evaluate(load_scenario_file(SCENARIO_003))
     assert o.hit_tokens == result["32"]
     assert [v.invariant for v in o.violations] == ["maximality"]
+
+
+VLLM_TEST = ROOT / "sim" / "crosscheck" / "adapters" / "vllm_test_v033.py"
+
+
+def test_finding_003_fix_keeps_the_chunk_on_real_033_scheduler() -> None:
+    # docs/findings/003-fix.diff (the last-prompt-token rule as a minimum with
+    # num_tokens - 1) applied to the real 0.33.0 method: the finding's vLLM-ready test
+    # fails on the release as shipped and passes with the fix; the model's
+    # alt-v033-cap-min gives the fixed hit and keeps maximality
+    python = env_python("0.33.0")
+    assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
+    outcomes = {}
+    for fix in (None, "003"):
+        proc = subprocess.run([str(python), str(VLLM_TEST), str(REPRO_003)]
+                              + ([] if fix is None else ["--fix", fix]),
+                              capture_output=True, text=True, timeout=600, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        outcomes[fix] = json.loads(proc.stdout)["tests"]
+    cap = "test_load_cap_keeps_the_chunk"
+    control = "test_without_a_cap_below_the_prompt_the_hit_is_32"
+    assert outcomes[None][cap].startswith("fail: ") and "hit 16" in outcomes[None][cap]
+    assert outcomes[None][control] == "pass"
+    assert outcomes["003"] == {cap: "pass", control: "pass"}
+    o = evaluate(load_scenario_file(SCENARIO_003), "alt-v033-cap-min")
+    assert (o.hit_tokens, o.violations) == (32, ())
+    assert (ROOT / "docs" / "findings" / "003-fix.diff").read_text() == subprocess.run(
+        [str(python), str(FIX), "--diff", "--fix", "003"], capture_output=True, text=True,
+        timeout=300, cwd=ROOT).stdout

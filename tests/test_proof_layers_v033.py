@@ -42,7 +42,8 @@ from proofs.encoding import Enc, fresh_state
 from proofs.layers_v033 import lemma_turn, proof_queries, prove, whole_query
 
 ROOT = Path(__file__).resolve().parents[1]
-SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun")
+SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
+             "alt-v033-cap-min")
 LAYOUTS = {
     "pure Mamba": ("mamba",),
     "full attention + Mamba": ("full_attention", "mamba"),
@@ -90,7 +91,7 @@ def test_lemmas_instantiate_to_unverified_eagle(semantics: str, kind: str) -> No
     """Every turn lemma stays proved for an EAGLE group that has not popped yet, and its
     premises hold for one (with a load cap, to reach :917)."""
     sem = get_semantics(semantics)
-    pre = ("align-divides-blocks",) if semantics == "vllm-0.33.0" else ()
+    pre = () if sem.reround_mamba else ("align-divides-blocks",)
 
     def eagle(cfg: turn_v033.Cfg, st: Any, t: Any) -> list[z3.BoolRef]:
         return [cfg.eagle[0], z3.Not(st.verified[0]), cfg.has_load_cap,
@@ -141,14 +142,15 @@ def test_model_runs_end_where_the_summary_says(name: str) -> None:
                 if cap is not None:
                     m0 = min(m0, s.num_computed_tokens + cap)
             if layout.sliding_window_groups:
-                m0 -= 1
+                cap_min = get_semantics(semantics).cap_min  # finding 003's fix: a minimum
+                m0 = min(m0, s.prompt_tokens - 1) if cap_min else m0 - 1
                 if layout.mamba_align_size:
                     m0 = m0 // layout.mamba_align_size * layout.mamba_align_size
             assert y <= m0, (s, y)
             a = layout.mamba_align_size
             divides = a is not None and all(c.tokens_per_chunk % a == 0
                                             for c in layout.groups)
-            if a is not None and (semantics != "vllm-0.33.0" or divides):
+            if a is not None and (get_semantics(semantics).reround_mamba or divides):
                 aligned += 1
                 assert y % a == 0, (s, y)
     assert hits >= 12 and (aligned >= 5 or "mamba" not in kinds), (hits, aligned)
@@ -157,7 +159,7 @@ def test_model_runs_end_where_the_summary_says(name: str) -> None:
 def test_every_assumption_has_its_lemma() -> None:
     for semantics in SEMANTICS:
         sem = get_semantics(semantics)
-        pre = ("align-divides-blocks",) if semantics == "vllm-0.33.0" else ()
+        pre = () if sem.reround_mamba else ("align-divides-blocks",)
         names = {n for n, _ in proof_queries("no-partial-state", sem, pre)}
         for a in lemmas.assumed(sem.reround_mamba, sem.reround_rerun, True):
             if a == "initial-aligned":
@@ -487,6 +489,11 @@ WITNESSES: dict[str, dict[str, Any]] = {
         "num_computed_tokens": 0,
         "groups": [{"kind": "sliding_window", "gpu_block_size": 1, "sliding_window": 1,
                     "stored": [0, 1], "pending": [1]}]},
+    "cap-min": {  # finding 003's fix: the load cap 2 ends before the prompt: hit 2, not 0
+        "semantics": "alt-v033-cap-min", "block_size_factor": 1, "prompt_tokens": 3,
+        "num_computed_tokens": 0, "max_load_tokens": 2,
+        "groups": [{"kind": "mamba", "gpu_block_size": 2, "mamba_cache_mode": "align",
+                    "stored": "all"}]},
     "initial-window": {  # the bound 4 ends inside chunk 1: the first run needs 2 chunks
         "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 8,
         "num_computed_tokens": 0, "max_num_new_tokens": 5,
@@ -505,6 +512,8 @@ SABOTAGES = {
     # scheduler.py:824: a HIT_PENDING chunk in the window that fires defers the lookup
     "hit-pending-defers": ("z3.Or(i < run_hi, z3.Not(st.stored(i)))",
                            "z3.Not(st.stored(i))"),
+    # finding 003's fix (alt-v033-cap-min): the last-token rule as a minimum, not :876's -1
+    "cap-min": ("last = zmin(m, cfg.prompt - 1) if cap_min else m - 1", "last = m - 1"),
     # scheduler.py:968/:972: the first run needs the load window (a partial right edge)
     "initial-window": ("initial + more)  # scheduler.py:972", "window + more)"),
 }

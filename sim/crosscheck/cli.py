@@ -127,7 +127,8 @@ def v033_dims(s: Scenario, result: dict[str, Any]) -> list[str]:
         out.append("caps")
     if any(g.stored is not None for g in s.groups):
         out.append("evicted keys")
-    if get_semantics(s.semantics).reround_mamba:
+    sem = get_semantics(s.semantics)
+    if sem.reround_mamba or sem.cap_min:
         # a fix's alt semantics: where the fixed real scheduler differs from 0.33.0 itself
         stock = evaluate(s, "vllm-0.33.0")
         if stock.hit_tokens != result.get("hit"):

@@ -101,6 +101,7 @@ def semantics_for(version: str) -> str:
 REAL_FIXES: dict[str, tuple[str, str]] = {
     "alt-v033-reround-mamba": ("0.33.0", "001"),  # docs/findings/001-fix.diff
     "alt-v033-reround-mamba-rerun": ("0.33.0", "001b"),  # docs/findings/001-fix-rerun.diff
+    "alt-v033-cap-min": ("0.33.0", "003"),  # docs/findings/003-fix.diff
 }
 
 

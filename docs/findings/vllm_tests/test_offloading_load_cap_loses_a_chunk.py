@@ -2,9 +2,10 @@
 """A ``max_load_tokens`` cap below the prompt end loses a whole Mamba chunk of CPU hit.
 
 Written for vLLM 0.33.0's ``tests/v1/kv_connector/unit/`` (self-contained: vLLM and
-transformers only, CPU only, no model execution).  ``test_load_cap_loses_a_chunk``
-asserts TODAY'S LOSSY hit, so it PASSES on 0.33.0 and will FAIL once the lookup is fixed
-(then assert a hit of 32 instead); see ``docs/findings/003-load-cap-loses-a-chunk.md`` in
+transformers only, CPU only, no model execution).  ``test_load_cap_keeps_the_chunk``
+asserts the hit a fixed lookup gives (32), so it FAILS on 0.33.0 as released (hit 16) and
+PASSES with the proposed fix (``docs/findings/003-fix.diff``: the last-prompt-token rule as
+a minimum with ``num_tokens - 1``); see ``docs/findings/003-load-cap-loses-a-chunk.md`` in
 offload-lookup-check.
 
 Layout: one Mamba group in ``mamba_cache_mode="align"``, block 16, one block per chunk,
@@ -163,9 +164,10 @@ def run(max_load_tokens: int | None) -> int:
     return hit
 
 
-def test_load_cap_loses_a_chunk() -> None:
-    # today's lossy answer; the valid hit is 32 (fixed: assert run(32) == 32)
-    assert run(32) == 16
+def test_load_cap_keeps_the_chunk() -> None:
+    # a hit of 32 keeps every rule; 0.33.0 as released answers 16
+    hit = run(32)
+    assert hit == 32, f"max_load_tokens 32 below the prompt end: hit {hit}, 32 is valid"
 
 
 def test_without_a_cap_below_the_prompt_the_hit_is_32() -> None:

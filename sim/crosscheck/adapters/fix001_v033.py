@@ -12,6 +12,11 @@ Fix ``001b`` (docs/findings/001-fix-rerun.diff; model side ``alt-v033-reround-ma
 completes it: when the second round-down cuts a sliding-window group's confirmed window,
 the sliding-window groups are looked up again (the loop's own re-run list), since that
 window was confirmed ending above the lowered bound.
+
+Fix ``003`` (docs/findings/003-fix.diff; model side ``alt-v033-cap-min``) is finding 003's:
+the last-prompt-token rule (0.33.0's subtraction of one token after the caps, :876)
+becomes a minimum with ``num_tokens - 1``, so a cap that already ends before the prompt's
+end is not lowered again (as the partial-tail path bounds its boundary, :1087).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler as sched_mod
 
-FIXES = ("001", "001b")
+FIXES = ("001", "001b", "003")
 ROUND = ("{indent}if self._mamba_align_size is not None:\n"
          "{indent}    max_hit_size_tokens = round_down(\n"
          "{indent}        max_hit_size_tokens, self._mamba_align_size\n"
@@ -56,9 +61,20 @@ ROUND_RERUN = ("{indent}if self._mamba_align_size is not None:\n"
                "{indent}        lookup_groups = self._sliding_window_groups\n")
 
 
+# 003: the subtraction at :876, replaced by a minimum with the request's last token
+CAP_ANCHOR = "            max_hit_size_tokens -= 1\n"
+CAP_MIN = ("            max_hit_size_tokens = min(\n"
+           "                max_hit_size_tokens, req_status.req.num_tokens - 1\n"
+           "            )\n")
+
+
 def patched_source(source: str, fix: str = "001") -> str:
     if fix not in FIXES:
         raise SystemExit(f"error: unknown fix {fix!r} (known: {', '.join(FIXES)})")
+    if fix == "003":
+        if source.count(CAP_ANCHOR) != 1:
+            raise SystemExit("error: the 0.33.0 anchor was not found once; other vLLM?")
+        return source.replace(CAP_ANCHOR, CAP_MIN)
     for i, anchor in enumerate(ANCHORS):
         if source.count(anchor) != 1:
             raise SystemExit("error: the 0.33.0 anchor was not found once; other vLLM?")

@@ -108,8 +108,8 @@ def check(cases: int) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--diff", action="store_true")
-    ap.add_argument("--fix", default="001", help="001 (001-fix.diff) or 001b (the completed "
-                    "fix, 001-fix-rerun.diff); --diff prints it")
+    ap.add_argument("--fix", default="001", help="001 (001-fix.diff), 001b (the completed "
+                    "fix, 001-fix-rerun.diff) or 003 (003-fix.diff); --diff prints it")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--cases", type=int, default=1000)
     args = ap.parse_args()
