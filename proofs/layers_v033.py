@@ -223,8 +223,8 @@ WHOLE_CASES = {"a sliding-window group": T.SW, "a Mamba group": T.MAMBA,
                "no windowed group": T.FA}
 
 
-def whole_query(assumed: Sequence[str], kind: str, case: str | None = None
-                ) -> list[z3.BoolRef]:
+def whole_query(assumed: Sequence[str], kind: str, case: str | None = None,
+                cap_min: bool = False) -> list[z3.BoolRef]:
     """whole-blocks at the loop's end for a group of ``kind`` (a full-attention group:
     in ``case``), from ``proofs.abstract_v033.summary``: the hit covers a chunk of the
     last turn's group and of every windowed group."""
@@ -233,7 +233,7 @@ def whole_query(assumed: Sequence[str], kind: str, case: str | None = None
     enc, cfg, d = x.enc, x.cfg, x.d
     y = z3.Int("final_max_hit")
     nc = cfg.computed
-    facts = [y - nc >= 1, y <= T.initial_max_hit(enc, cfg, d)]
+    facts = [y - nc >= 1, y <= T.initial_max_hit(enc, cfg, d, cap_min)]
     if kind != T.FA:  # a windowed group: the summary's chunk bound at it
         facts.append(y - nc >= d.tpc[0])
     elif other == T.FA:  # no windowed group: the last turn's group is group 1
@@ -296,7 +296,7 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
             for case in WHOLE_CASES if kind == T.FA else (None,):
                 where = f"{kind}, {case}" if case else kind
                 out.append((f"property from the summary ({where})",
-                            partial(whole_query, assumed, kind, case)))
+                            partial(whole_query, assumed, kind, case, sem.cap_min)))
     elif thm != "termination":
         kinds = ((T.MAMBA,) if thm == "no-partial-state" else T.KINDS if stored
                  else (T.FA,))

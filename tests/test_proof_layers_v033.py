@@ -39,7 +39,7 @@ from proofs import abstract_v033 as abstract
 from proofs import turn_v033
 from proofs.conformance_turn_v033 import encode_scenario, in_scope
 from proofs.encoding import Enc, fresh_state
-from proofs.layers_v033 import lemma_turn, proof_queries, prove, whole_query
+from proofs.layers_v033 import lemma_turn, proof_queries, prove, whole_query, witness
 
 ROOT = Path(__file__).resolve().parents[1]
 SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
@@ -242,6 +242,20 @@ def test_sabotage_summary_without_ok_turns_red(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(turn_v033, "chunks_ok", lambda *a: z3.BoolVal(True))
     q = dict(proof_queries("loads-stored-only", sem, ()))
     assert _check(q["property from the summary (full_attention)"]()) == z3.sat
+
+
+def test_loads_stored_only_witnesses_replay() -> None:
+    """A run under each row's premises with a non-zero hit and a Mamba load, replayed
+    through model/ (same hit, no loads-stored-only violation); same-block-size's holds."""
+    for semantics in SEMANTICS:
+        pre = ("same-block-size",) if semantics == "alt-v033-reround-mamba" else ()
+        w = witness("loads-stored-only", get_semantics(semantics), pre)
+        assert w.found and w.scenario is not None, (semantics, w.note)
+        o = evaluate(parse_scenario(w.scenario))
+        assert o.hit_tokens and "loads-stored-only" not in {
+            v.invariant for v in o.violations}, (semantics, w.scenario)
+        if pre:
+            assert len({g["gpu_block_size"] for g in w.scenario["groups"]}) == 1
 
 
 def test_sabotage_unguarded_post_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
