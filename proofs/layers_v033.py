@@ -11,8 +11,26 @@ EAGLE flag and eagle_verified flag are symbolic and so is the state the turn sta
 from: a lemma proved for each kind holds for every turn of every group of every layout.
 
 Theorems covered (``covers``): no-partial-state (0.33.0 with align-divides-blocks; the
-two fixes with nothing assumed), leaves-last-token and termination. Counterexamples
-still come from the bounded exact encoding (``proofs.check_v033``).
+two fixes with nothing assumed), loads-stored-only (0.33.0 and the completed fix with
+nothing assumed, the proposed fix with same-block-size), leaves-last-token and
+termination; maximality (with no-eagle and caps-reach-prompt) in
+``proofs.maximality_layers_v033``. Counterexamples still come from the bounded exact
+encoding (``proofs.check_v033``).
+
+loads-stored-only, as for 0.24.0 (``proofs.layers``): the loop tracks ``OK(g, y)``
+("the chunks group g needs for a hit ending at y answer HIT", ``turn_v033.chunks_ok``):
+lemma post (a turn that neither stops, defers nor has its window cut by the fix's
+round-down leaves its group OK) and lemma down (full attention stays OK below); the
+final step shows that what each group loads (``turn_v033.load_plan``) lies within what
+OK covers. whole-blocks (not routed: ``whole_query``): the loop tracks the hit against
+the last turn's chunk and every windowed group's; the final step closes for a
+full-attention group beside a windowed one (full-chunk-within-windowed names it) but not
+in a layout of full-attention groups alone, where the precondition holds vacuously and
+a later full-attention group can cut the hit inside an earlier one's chunk
+(tests/scenarios/vllm-0.33.0-whole-blocks: model and real 0.33.0 agree); those rows
+keep the bounded check's verdict (its scope has one full-attention group). The nonlinear
+quotients get instances of two small arithmetic lemmas
+(``division_facts``: division-monotone, division-exact), each proved by its own query.
 """
 
 from __future__ import annotations
@@ -45,18 +63,31 @@ SCOPE_WORDS = ("every layout 0.33.0 accepts (any number of groups of each kind, 
                "and caps; EAGLE on any group), partial tails off (prefix_match_unit "
                "unset)")
 # the theorems the layered proof covers, and the preconditions it may take
-COVERED = ("no-partial-state", "leaves-last-token", "termination")
-TAKES = ("align-divides-blocks", "no-eagle", "mamba-mode-not-all")
+COVERED = ("no-partial-state", "loads-stored-only", "leaves-last-token", "termination")
+TAKES = ("align-divides-blocks", "no-eagle", "mamba-mode-not-all", "same-block-size")
 
 Query = tuple[str, Callable[[], list[z3.BoolRef]]]
 
 
 def covers(thm: str, assumed: Sequence[str]) -> bool:
-    return thm in COVERED and all(p in TAKES for p in assumed)
+    from proofs import maximality_layers_v033  # maximality: its own module
+
+    return (thm in COVERED and all(p in TAKES for p in assumed)) or \
+        maximality_layers_v033.covers(thm, assumed)
 
 
 def _aligned(thm: str) -> bool:
     return thm == "no-partial-state"
+
+
+def _whole(thm: str) -> bool:
+    """The loop tracks the hit against the chunks (``proofs.abstract_v033``)."""
+    return thm == "whole-blocks"
+
+
+def _stored(thm: str) -> bool:
+    """The loop tracks OK (``proofs.abstract_v033``): what each group loads is HIT."""
+    return thm == "loads-stored-only"
 
 
 @dataclass
@@ -65,19 +96,76 @@ class _Setup:
     cfg: T.Cfg
     d: T.D
     premises: list[z3.BoolRef]
+    env: T.Env
 
 
 def _setup(assumed: Sequence[str], kinds: Sequence[str]) -> _Setup:
     enc = Enc()
     cfg = T.symbolic_config(kinds)
-    d = T.derive(enc, cfg, T.symbolic_env())
+    env = T.symbolic_env()
+    d = T.derive(enc, cfg, env)
     premises = [T.startup(enc, cfg)] + [T.precondition(p, enc, cfg, d) for p in assumed]
-    return _Setup(enc, cfg, d, premises)
+    return _Setup(enc, cfg, d, premises, env)
 
 
 def _finish(enc: Enc, cons: list[z3.BoolRef]) -> list[z3.BoolRef]:
     cons = cons + enc.cons
     return cons + enc.grounded(cons)
+
+
+def _monotone(x: z3.ArithRef, y: z3.ArithRef, d: z3.ArithRef, qx: z3.ArithRef,
+              qy: z3.ArithRef) -> z3.BoolRef:
+    """Instance of lemma division-monotone: ``x <= y`` gives ``x // d <= y // d`` (and
+    the same for cdiv), ``qx``, ``qy`` the quotients by ``d > 0``."""
+    return z3.Implies(z3.And(d > 0, x <= y), qx <= qy)
+
+
+def _exact(x: z3.ArithRef, d: z3.ArithRef, q: z3.ArithRef, k: z3.ArithRef) -> z3.BoolRef:
+    """Instance of lemma division-exact: ``x == d * k`` gives ``x // d == k`` (``q``)."""
+    return z3.Implies(z3.And(d > 0, x == d * k), q == k)
+
+
+def division_facts(enc: Enc, counts: Sequence[z3.ArithRef] = ()) -> list[z3.BoolRef]:
+    """Lemma division-monotone at every pair of quotients the query names with one
+    divisor (floor and ceiling apart), and division-exact at every floor quotient with
+    the others of its divisor and ``counts``: the facts the solver's nonlinear
+    arithmetic would otherwise have to find."""
+    by: dict[tuple[str, int], list[tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef]]] = {}
+    for (kind, _, did), (x, d, q) in enc.memo.items():
+        by.setdefault((kind, did), []).append((x, d, q))
+    out = []
+    for (kind, _), items in by.items():
+        for i, (x, d, qx) in enumerate(items):
+            for y, _, qy in items[i + 1:]:
+                out += [_monotone(x, y, d, qx, qy), _monotone(y, x, d, qy, qx)]
+            if kind == "floor":
+                out += [_exact(x, d, qx, k) for k in
+                        [q for _, _, q in items if q is not qx] + list(counts)]
+    return out
+
+
+def monotone_lemma(ceiling: bool) -> list[z3.BoolRef]:
+    """division-monotone, proved: for ``d > 0`` and ``x <= y``, ``x // d <= y // d``
+    (``cdiv`` with ``ceiling``)."""
+    x, y, d = z3.Ints("x y d")
+    enc = Enc()
+    div = enc.cdiv if ceiling else enc.floordiv
+    return enc.cons + [z3.Not(_monotone(x, y, d, div(x, d), div(y, d)))]
+
+
+def exact_lemma() -> list[z3.BoolRef]:
+    """division-exact, proved: for ``d > 0``, ``(d * k) // d == k``."""
+    x, d, k = z3.Ints("x d k")
+    enc = Enc()
+    return enc.cons + [z3.Not(_exact(x, d, enc.floordiv(x, d), k))]
+
+
+# the arithmetic lemmas whose instances ``division_facts`` adds (each query unsatisfiable)
+ARITHMETIC: list[Query] = [
+    ("lemma division-monotone (floor)", partial(monotone_lemma, False)),
+    ("lemma division-monotone (cdiv)", partial(monotone_lemma, True)),
+    ("lemma division-exact", exact_lemma),
+]
 
 
 def _ma(enc: Enc, d: T.D, y: z3.ArithRef, name: str) -> z3.BoolRef:
@@ -110,9 +198,16 @@ def lemma_turn(sem: Semantics, assumed: Sequence[str], name: str, kind: str,
         claim = fact(name, x.d.align_on, y == x.d.tpc[0] * k, y == x.d.align * (c * k))
     elif name == "align-after":
         claim = fact(name, t, x.d.align_on, _ma(x.enc, x.d, t.m2, "m2_in_align"))
+    elif name == "post":
+        claim = fact(name, t, T.chunks_ok(x.enc, x.cfg, x.d, 0, t.m2))
+    elif name == "down":  # two bounds, from any state: the turn plays no part
+        a, b = z3.Int("lower"), z3.Int("upper")
+        claim = fact(name, a, b, T.chunks_ok(x.enc, x.cfg, x.d, 0, a),
+                     T.chunks_ok(x.enc, x.cfg, x.d, 0, b))
     else:
         claim = fact(name, t)
-    return _finish(x.enc, x.premises + ([z3.Not(claim)] if negated else []))
+    helpers = division_facts(x.enc, t.ends) if name == "post" else []
+    return _finish(x.enc, x.premises + helpers + ([z3.Not(claim)] if negated else []))
 
 
 def lemma_initial(assumed: Sequence[str], cap_min: bool = False) -> list[z3.BoolRef]:
@@ -121,6 +216,37 @@ def lemma_initial(assumed: Sequence[str], cap_min: bool = False) -> list[z3.Bool
     m0 = T.initial_max_hit(x.enc, x.cfg, x.d, cap_min)
     claim = fact("initial-aligned", x.d.align_on, _ma(x.enc, x.d, m0, "m0_in_align"))
     return _finish(x.enc, x.premises + [z3.Not(claim)])
+
+
+# whole-blocks' final step for a full-attention group (group 0): the other group of the
+# query is the windowed group full-chunk-within-windowed names, or, in a layout without
+# one, the group of the loop's last turn (the summary bounds the hit by their chunks)
+WHOLE_CASES = {"a sliding-window group": T.SW, "a Mamba group": T.MAMBA,
+               "no windowed group": T.FA}
+
+
+def whole_query(assumed: Sequence[str], kind: str, case: str | None = None,
+                cap_min: bool = False) -> list[z3.BoolRef]:
+    """whole-blocks at the loop's end for a group of ``kind`` (a full-attention group:
+    in ``case``), from ``proofs.abstract_v033.summary``: the hit covers a chunk of the
+    last turn's group and of every windowed group."""
+    other = WHOLE_CASES[case] if kind == T.FA and case is not None else None
+    x = _setup(assumed, (kind,) if other is None else (kind, other))
+    enc, cfg, d = x.enc, x.cfg, x.d
+    y = z3.Int("final_max_hit")
+    nc = cfg.computed
+    facts = [y - nc >= 1, y <= T.initial_max_hit(enc, cfg, d, cap_min)]
+    if kind != T.FA:  # a windowed group: the summary's chunk bound at it
+        facts.append(y - nc >= d.tpc[0])
+    elif other == T.FA:  # no windowed group: the last turn's group is group 1
+        facts += [z3.Not(x.env.has_windowed), y - nc >= d.tpc[1]]
+    else:  # the windowed group the precondition names is group 1
+        facts.append(y - nc >= d.tpc[1])
+    st = State(y, y - nc, z3.BoolVal(False), z3.BoolVal(False), (z3.BoolVal(False),) *
+               len(cfg.kinds), z3.IntVal(NEXT_NONE), z3.BoolVal(False))
+    r = T.result_of(enc, cfg, d, st, [0])
+    violation = z3.And(T.active(r), r.hit < d.tpc[0])
+    return _finish(enc, x.premises + facts + [violation])
 
 
 def final_query(thm: str, assumed: Sequence[str], kind: str, cap_min: bool = False
@@ -138,29 +264,44 @@ def final_query(thm: str, assumed: Sequence[str], kind: str, cap_min: bool = Fal
     facts = [y - nc >= 1, y <= m0]
     if _aligned(thm):
         facts.append(z3.Implies(d.align_on, y == d.align * z3.Int("final_in_align")))
+    if _stored(thm):  # the summary's OK at this group
+        facts.append(T.chunks_ok(enc, cfg, d, 0, y))
     st = State(y, y - nc, z3.BoolVal(False), z3.BoolVal(False), (z3.BoolVal(False),),
                z3.IntVal(NEXT_NONE), z3.BoolVal(False))
     r = T.result_of(enc, cfg, d, st, [0])
     violation = T.VIOLATIONS[thm](enc, cfg, d, r)
-    return _finish(enc, x.premises + facts + [violation])
+    helpers = division_facts(enc) if _stored(thm) else []
+    return _finish(enc, x.premises + facts + helpers + [violation])
 
 
 def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Query]:
     """Every query of the layered proof: each must be unsatisfiable."""
-    aligned = _aligned(thm)
-    names = loop_assumes(sem.reround_mamba, sem.reround_rerun, aligned)
-    out: list[Query] = []
+    if thm == "maximality":  # proofs/maximality_layers_v033.py
+        from proofs import maximality_layers_v033
+
+        return maximality_layers_v033.proof_queries(sem, assumed)
+    aligned, stored, whole = _aligned(thm), _stored(thm), _whole(thm)
+    names = loop_assumes(sem.reround_mamba, sem.reround_rerun, aligned, stored)
+    out: list[Query] = list(ARITHMETIC) if stored else []
     for name in names:
         if name == "initial-aligned":
             out.append((f"lemma {name}", partial(lemma_initial, assumed, sem.cap_min)))
             continue
-        for kind in T.KINDS:
+        for kind in (T.FA,) if name == "down" else T.KINDS:  # down: full attention's
             out.append((f"lemma {name} ({kind})",
                         partial(lemma_turn, sem, assumed, name, kind)))
-    for name, q in obligations(sem.reround_mamba, sem.reround_rerun, aligned):
+    for name, q in obligations(sem.reround_mamba, sem.reround_rerun, aligned, stored,
+                               whole):
         out.append((name, partial(list, q)))
-    if thm != "termination":
-        kinds = (T.MAMBA,) if thm == "no-partial-state" else (T.FA,)
+    if whole:
+        for kind in T.KINDS:
+            for case in WHOLE_CASES if kind == T.FA else (None,):
+                where = f"{kind}, {case}" if case else kind
+                out.append((f"property from the summary ({where})",
+                            partial(whole_query, assumed, kind, case, sem.cap_min)))
+    elif thm != "termination":
+        kinds = ((T.MAMBA,) if thm == "no-partial-state" else T.KINDS if stored
+                 else (T.FA,))
         for kind in kinds:  # a property of the Mamba groups / of the layout
             out.append((f"property from the summary ({kind})",
                         partial(final_query, thm, assumed, kind, sem.cap_min)))
@@ -174,6 +315,10 @@ def prove(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
           ) -> tuple[str, str, float]:
     """('PROVED' | 'FAILED' | 'UNKNOWN', which query, seconds). A lemma proved once in
     this process (same semantics and preconditions) is not asked again."""
+    if thm == "maximality":  # proofs/maximality_layers_v033.py
+        from proofs import maximality_layers_v033
+
+        return maximality_layers_v033.prove(sem, assumed, timeout_ms)
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
     for name, build in proof_queries(thm, sem, assumed):
@@ -283,6 +428,11 @@ def witness(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 
     Mamba state, replayed through model/ (same hit, a Mamba load)."""
     from proofs.witness import _solve_alone
 
+    if thm == "maximality":  # proofs/maximality_layers_v033.py
+        from proofs import maximality_layers_v033
+
+        return maximality_layers_v033.witness(sem, assumed, timeout_ms)
+
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
     for kinds in WITNESS_LAYOUTS:
@@ -351,7 +501,9 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
     bounded = check_v033.check(thm, sem.name, assumed, left, tails_only=tails)
     scope = (f"{SCOPE_WORDS}; with partial tails on, within the bounded scope of "
              f"proofs/encoding_v033.py ({SCOPE.words()})" if tails else SCOPE_WORDS)
-    note = f"layered proof (proofs/layers_v033.py): {SCOPE_WORDS}"
+    where = ("proofs/maximality_layers_v033.py" if thm == "maximality"
+             else "proofs/layers_v033.py")
+    note = f"layered proof ({where}): {SCOPE_WORDS}"
     if bounded.status != "PROVED":
         return Verdict(bounded.status, time.monotonic() - t0, bounded.counterexample,
                        f"{note}; but {'partial tails on' if tails else 'the pass bound'}: "

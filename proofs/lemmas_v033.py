@@ -65,6 +65,18 @@ def _initial_aligned(align_on: z3.BoolRef, ma_m0: z3.BoolRef) -> z3.BoolRef:
     return z3.Implies(align_on, ma_m0)
 
 
+def _post(t: Step, ok_m2: z3.BoolRef) -> z3.BoolRef:
+    """``ok_m2``: OK_g at the turn's new bound (``OK(g, y)`` in the abstract loop: every
+    chunk the group loads for a hit ending at ``y`` answers HIT)."""
+    return z3.Implies(z3.And(z3.Not(t.too_short), z3.Not(t.deferred), z3.Not(t.no_hit),
+                             z3.Not(t.lowered)), ok_m2)
+
+
+def _down(lower: z3.ArithRef, upper: z3.ArithRef, ok_lower: z3.BoolRef,
+          ok_upper: z3.BoolRef) -> z3.BoolRef:
+    return z3.Implies(z3.And(lower <= upper, ok_upper), ok_lower)
+
+
 LEMMAS: dict[str, Lemma] = {
     lem.name: lem
     for lem in (
@@ -85,6 +97,11 @@ LEMMAS: dict[str, Lemma] = {
               "size", _chunk_in_align),
         Lemma("align-after", "with the fix's round-down, a turn that is not deferred "
               "leaves max_hit_size_tokens on the Mamba align size", _align_after),
+        Lemma("post", "a turn that neither stops, defers nor has its confirmed window cut "
+              "by the round-down leaves every chunk the group would load for the new "
+              "max_hit_size_tokens a HIT", _post),
+        Lemma("down", "a full-attention group's loads are downward closed: what it loads "
+              "for a smaller hit it loads for a larger one", _down),
         Lemma("initial-aligned", "the initial max_hit_size_tokens is on the Mamba align "
               "size (scheduler.py:877)", _initial_aligned),
     )
@@ -96,13 +113,16 @@ def fact(name: str, *args: object) -> z3.BoolRef:
     return LEMMAS[name].fact(*args)
 
 
-def assumed(reround: bool, rerun: bool, aligned: bool) -> tuple[str, ...]:
+def assumed(reround: bool, rerun: bool, aligned: bool, stored: bool = False
+            ) -> tuple[str, ...]:
     """The facts the abstract loop assumes for a semantics (``reround``: finding 001's
-    fix; ``rerun``: its completed form) and a theorem that needs the align size
-    (``aligned``)."""
+    fix; ``rerun``: its completed form), a theorem that needs the align size
+    (``aligned``) and one about what the groups load (``stored``)."""
     out = ["chunk-positive", "pre-below", "cut-below", "no-hit-not-deferred"]
     if rerun:
         out.append("lowered-below")
+    if stored:
+        out += ["post", "down"]
     if aligned:
         out += (["align-after"] if reround else ["cut-on-chunk", "chunk-in-align"])
         out.append("initial-aligned")

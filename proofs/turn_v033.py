@@ -143,6 +143,10 @@ def derive(enc: Enc, cfg: Cfg, env: Env | None = None) -> D:
     lookup order needs concrete windows), or a few groups of an unknown layout."""
     n = len(cfg.kinds)
     tpc = tuple(cfg.bpc * cfg.gpu[g] for g in range(n))  # scheduler.py:256
+    if env is not None:  # one symbol per chunk size: the solver's products stay short
+        named = tuple(z3.Int(f"tokens_per_chunk{g}") for g in range(n))
+        enc.add(*(a == b for a, b in zip(named, tpc, strict=True)))
+        tpc = named
     keys = tuple(enc.floordiv(cfg.prompt, tpc[g], f"keys{g}") for g in range(n))
     cap = tuple(keys[g] * tpc[g] for g in range(n))
     win: list[z3.ArithRef | None] = []
@@ -220,6 +224,19 @@ def precondition(name: str, enc: Enc, cfg: Cfg, d: D) -> z3.BoolRef:
             t == d.align * z3.Int(f"chunks_per_align{g}") for g, t in enumerate(d.tpc)]))
     if name == "no-eagle":
         return z3.And([z3.Not(e) for e in cfg.eagle])
+    if name == "same-block-size":
+        if d.order:  # a whole layout
+            return z3.And([x == cfg.gpu[0] for x in cfg.gpu])
+        # a few groups of an unknown layout: what it gives them (one GPU block size, one
+        # blocks_per_chunk): each chunk is the Mamba align group's
+        return z3.Implies(d.align_on, z3.And([t == d.align for t in d.tpc]))
+    if name == "full-chunk-within-windowed":  # finding 002
+        windowed = [t for t, k in zip(d.tpc, cfg.kinds, strict=True) if k != FA]
+        # a few groups of an unknown layout: the windowed group it names for a full
+        # attention group is one of them (proofs.layers_v033 picks the cases)
+        return z3.And([z3.Or([t <= w for w in windowed])
+                       for t, k in zip(d.tpc, cfg.kinds, strict=True)
+                       if k == FA and windowed])
     if name == "mamba-mode-not-all":
         return z3.BoolVal(True)  # 0.33.0 has no mode "all"
     raise ValueError(f"precondition {name!r}: not in the layered 0.33.0 proof")
@@ -500,6 +517,37 @@ def load_plan(enc: Enc, cfg: Cfg, d: D, hit: z3.ArithRef, groups: Sequence[int] 
     return out
 
 
+def is_hit(st: Store, i: z3.ArithRef) -> z3.BoolRef:
+    """The store answers HIT for chunk ``i``: counted and not pending."""
+    return z3.And(st.stored(i), z3.Not(st.deferred(i)))
+
+
+def ok_range(enc: Enc, cfg: Cfg, d: D, g: int, y: z3.ArithRef
+             ) -> tuple[z3.ArithRef, z3.ArithRef]:
+    """The chunks a hit ending at token ``y`` needs from group ``g``, as the lookup counts
+    them: from the GPU hit's chunk (full attention), or the last
+    ``load_window_size_in_chunks(y)`` (scheduler.py:117) of them (sliding window, Mamba),
+    up to ``cdiv(y, tokens_per_chunk)``."""
+    hi = enc.cdiv(y, d.tpc[g], f"ok_end{g}")
+    window = load_window(enc, cfg, d, g, y)
+    lo = d.start[g] if window is None else zmax(d.start[g], hi - window)
+    return lo, hi
+
+
+def chunks_ok(enc: Enc, cfg: Cfg, d: D, g: int, y: z3.ArithRef) -> z3.BoolRef:
+    """``OK_g(y)``: every chunk of ``ok_range`` answers HIT."""
+    lo, hi = ok_range(enc, cfg, d, g, y)
+    return enc.forall(lo, hi, partial(is_hit, cfg.stores[g]))
+
+
+def load_ok(enc: Enc, cfg: Cfg, d: D, g: int, y: z3.ArithRef) -> z3.BoolRef:
+    """``OK_g(y)``: every chunk group ``g`` loads for a hit ending at token ``y`` (the
+    hit ``y - num_computed_tokens``; none when it is not positive) answers HIT
+    (model/invariants.py loads_stored_only)."""
+    ld = load_plan(enc, cfg, d, y - cfg.computed, [g])[g]
+    return enc.forall(ld.lo, ld.hi, partial(is_hit, cfg.stores[g]))
+
+
 # --- the invariants the layered proof covers (model/invariants.py) -----------------------
 
 
@@ -520,7 +568,19 @@ def violates_leaves_last_token(enc: Enc, cfg: Cfg, d: D, r: Result) -> z3.BoolRe
     return z3.And(d.any_windowed, active(r), cfg.computed + r.hit > cfg.prompt - 1)
 
 
+def violates_loads_stored_only(enc: Enc, cfg: Cfg, d: D, r: Result) -> z3.BoolRef:
+    end = cfg.computed + r.hit
+    return z3.And(active(r), z3.Or([z3.Not(load_ok(enc, cfg, d, g, end))
+                                    for g in range(len(cfg.kinds))]))
+
+
+def violates_whole_blocks(enc: Enc, cfg: Cfg, d: D, r: Result) -> z3.BoolRef:
+    return z3.And(active(r), z3.Or([r.hit < t for t in d.tpc]))
+
+
 VIOLATIONS = {
     "no-partial-state": violates_no_partial_state,
+    "loads-stored-only": violates_loads_stored_only,
     "leaves-last-token": violates_leaves_last_token,
+    "whole-blocks": violates_whole_blocks,
 }

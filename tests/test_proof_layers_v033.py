@@ -18,6 +18,7 @@ cannot be fooled by an unproved assumption; its exact unbounded turn
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import random
 import sys
@@ -38,8 +39,9 @@ from proofs import abstract_v033 as abstract
 from proofs import turn_v033
 from proofs.conformance_turn_v033 import encode_scenario, in_scope
 from proofs.encoding import Enc, fresh_state
-from proofs.layers_v033 import lemma_turn, proof_queries, prove
+from proofs.layers_v033 import lemma_turn, proof_queries, prove, whole_query, witness
 
+ROOT = Path(__file__).resolve().parents[1]
 SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
              "alt-v033-cap-min")
 LAYOUTS = {
@@ -53,6 +55,11 @@ LAYOUTS = {
 # align size tracked
 LOOPS = [(False, False, False), (False, False, True), (True, False, True),
          (True, True, True), (True, True, False)]
+# (reround, rerun, aligned, stored): each semantics tracking OK (loads-stored-only)
+STORED_LOOPS = [(False, False, False, True), (True, False, False, True),
+                (True, True, False, True)]
+# (reround, rerun, aligned, stored, whole): tracking the hit against the chunks
+WHOLE_LOOPS = [(False, False, False, False, True), (True, True, False, False, True)]
 
 
 def _check(q: list[z3.BoolRef]) -> z3.CheckSatResult:
@@ -63,9 +70,8 @@ def _check(q: list[z3.BoolRef]) -> z3.CheckSatResult:
 
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
-@pytest.mark.parametrize("flags", LOOPS)
-def test_loop_proof_instantiates_to_layout(name: str, flags: tuple[bool, bool, bool]
-                                           ) -> None:
+@pytest.mark.parametrize("flags", LOOPS + STORED_LOOPS + WHOLE_LOOPS)
+def test_loop_proof_instantiates_to_layout(name: str, flags: tuple[bool, ...]) -> None:
     kinds = LAYOUTS[name]
     lp = abstract.loop(*flags)
     pin = [lp.n == len(kinds), lp.f == kinds.count("full_attention")]
@@ -162,6 +168,15 @@ def test_every_assumption_has_its_lemma() -> None:
                 assert all(f"lemma {a} ({k})" in names for k in turn_v033.KINDS), a
         assert set(lemmas.assumed(sem.reround_mamba, sem.reround_rerun, True)) <= set(
             lemmas.LEMMAS)
+        # loads-stored-only: post for every kind, down for full attention (the only
+        # groups the loop applies it to)
+        pre = ("same-block-size",) if semantics == "alt-v033-reround-mamba" else ()
+        names = {n for n, _ in proof_queries("loads-stored-only", sem, pre)}
+        stored = lemmas.assumed(sem.reround_mamba, sem.reround_rerun, False, True)
+        assert {"post", "down"} <= set(stored) <= set(lemmas.LEMMAS)
+        assert all(f"lemma post ({k})" in names for k in turn_v033.KINDS)
+        assert "lemma down (full_attention)" in names
+        assert all(f"property from the summary ({k})" in names for k in turn_v033.KINDS)
 
 
 @pytest.mark.slow
@@ -192,6 +207,140 @@ def test_sabotage_dropped_assumption_turns_red(monkeypatch: pytest.MonkeyPatch) 
         n for n in orig(*a) if n != "cut-below"))
     q = dict(abstract.obligations(False, False, False))
     assert _check(q["loop: a turn of any group keeps the invariant"]) == z3.sat
+
+
+def test_sabotage_dropped_ok_assumption_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
+    """loads-stored-only's loop needs post (a turn leaves its group OK) and down (a full
+    attention group stays OK below): without either it cannot keep OK."""
+    q = dict(abstract.obligations(False, False, False, True))
+    assert _check(q["loop: a turn of any group keeps the invariant"]) == z3.unsat
+    orig = lemmas.assumed
+    for dropped in ("post", "down"):
+        monkeypatch.setattr(abstract, "assumed", lambda *a, d=dropped: tuple(
+            n for n in orig(*a) if n != d))
+        q = dict(abstract.obligations(False, False, False, True))
+        assert _check(q["loop: a turn of any group keeps the invariant"]) == z3.sat, dropped
+
+
+@pytest.mark.slow
+def test_loads_stored_only_summary_gives_the_property() -> None:
+    """The property from the loop's summary (OK at the final bound: the loaded chunks
+    lie within the chunks the lookup confirmed) for every kind, and the down lemma."""
+    sem = get_semantics("vllm-0.33.0")
+    for name, build in proof_queries("loads-stored-only", sem, ()):
+        if name.startswith(("property", "lemma down", "lemma division", "loop")):
+            assert _check(build()) == z3.unsat, name
+
+
+def _small(cfg: turn_v033.Cfg, st: Any, t: Any) -> list[z3.BoolRef]:
+    return [cfg.gpu[0] <= 3, cfg.bpc == 1, cfg.prompt <= 12]  # a quick sat
+
+
+def test_sabotage_summary_without_ok_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The final step needs the summary's OK: without it a loaded chunk may be missing."""
+    sem = get_semantics("vllm-0.33.0")
+    monkeypatch.setattr(turn_v033, "chunks_ok", lambda *a: z3.BoolVal(True))
+    q = dict(proof_queries("loads-stored-only", sem, ()))
+    assert _check(q["property from the summary (full_attention)"]()) == z3.sat
+
+
+def test_loads_stored_only_witnesses_replay() -> None:
+    """A run under each row's premises with a non-zero hit and a Mamba load, replayed
+    through model/ (same hit, no loads-stored-only violation); same-block-size's holds."""
+    for semantics in SEMANTICS:
+        pre = ("same-block-size",) if semantics == "alt-v033-reround-mamba" else ()
+        w = witness("loads-stored-only", get_semantics(semantics), pre)
+        assert w.found and w.scenario is not None, (semantics, w.note)
+        o = evaluate(parse_scenario(w.scenario))
+        assert o.hit_tokens and "loads-stored-only" not in {
+            v.invariant for v in o.violations}, (semantics, w.scenario)
+        if pre:
+            assert len({g["gpu_block_size"] for g in w.scenario["groups"]}) == 1
+
+
+def test_sabotage_unguarded_post_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropping the not-deferred guard of post (a deferred lookup confirmed nothing)
+    makes its lemma fail."""
+    sem = get_semantics("vllm-0.33.0")
+    assert _check(lemma_turn(sem, (), "post", "full_attention")) == z3.unsat
+
+    def unguarded(t: Any, ok_m2: z3.BoolRef) -> z3.BoolRef:
+        return z3.Implies(z3.And(z3.Not(t.too_short), z3.Not(t.no_hit)), ok_m2)
+
+    monkeypatch.setitem(lemmas.LEMMAS, "post", replace(lemmas.LEMMAS["post"], fact=unguarded))
+    assert _check(lemma_turn(sem, (), "post", "full_attention", _small)) == z3.sat
+
+
+def test_same_block_size_needed_by_the_fix() -> None:
+    """Finding 001's proposed fix without same-block-size: the round-down can move a
+    confirmed window to chunks not looked at, and lemma post fails for a sliding window
+    (the bounded encoding's counterexample over accepted layouts)."""
+    sem = get_semantics("alt-v033-reround-mamba")
+
+    def found(cfg: turn_v033.Cfg, st: Any, t: Any) -> list[z3.BoolRef]:
+        # the bounded encoding's counterexample's sizes: window 3 in blocks of 3, Mamba 4
+        w = cfg.window[0]
+        assert w is not None
+        return [cfg.gpu[0] == 3, cfg.bpc == 1, w == 3, cfg.prompt == 9,
+                z3.Int("mamba_gpu_block_size") == 4]
+
+    assert _check(lemma_turn(sem, (), "post", "sliding_window", found)) == z3.sat
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("semantics", SEMANTICS)
+def test_loads_stored_only_proved(semantics: str) -> None:
+    """The whole layered proof of loads-stored-only (every layout), with the
+    preconditions its row takes; the completed fix's window lemma needs no
+    same-block-size, the proposed fix's does."""
+    sem = get_semantics(semantics)
+    pre = ("same-block-size",) if semantics == "alt-v033-reround-mamba" else ()
+    assert prove("loads-stored-only", sem, pre, 300_000)[0] == "PROVED"
+
+
+WHOLE_PRE = ("full-chunk-within-windowed",)
+
+
+@pytest.mark.parametrize("semantics", [SEMANTICS[0], *(
+    pytest.param(s, marks=pytest.mark.slow) for s in SEMANTICS[1:])])
+def test_whole_blocks_layered_closes_but_for_full_attention_alone(semantics: str) -> None:
+    """whole-blocks with full-chunk-within-windowed: every layered query is proved except
+    the final step for a layout of full-attention groups alone, where the precondition
+    holds vacuously; that case is sat (tests/scenarios/vllm-0.33.0-whole-blocks: the
+    model and the real 0.33.0 scheduler agree on a hit inside a chunk)."""
+    sem = get_semantics(semantics)
+    for name, build in proof_queries("whole-blocks", sem, WHOLE_PRE):
+        if name.startswith("lemma"):
+            continue  # the lemmas no-partial-state's tests prove
+        want = z3.sat if "no windowed group" in name else z3.unsat
+        assert _check(build()) == want, name
+
+
+def test_whole_blocks_full_attention_alone_replays() -> None:
+    o = evaluate(parse_scenario(json.loads((ROOT / "tests/scenarios/vllm-0.33.0-whole-blocks/"
+                                            "two-full-attention-groups.json").read_text())))
+    assert o.hit_tokens == 2 and [v.invariant for v in o.violations] == ["whole-blocks"]
+
+
+@pytest.mark.parametrize("path", [
+    "docs/counterexamples/loads-stored-only--alt-v033-reround-mamba--accepted.json",
+    "tests/scenarios/vllm-0.33.0-whole-blocks/two-full-attention-groups.json"])
+def test_violation_formulas_conform_on_violations(path: str) -> None:
+    """The exact turn's loads-stored-only and whole-blocks formulas agree with model/ on
+    a scenario that breaks each (generated scenarios rarely do)."""
+    s = parse_scenario(json.loads((ROOT / path).read_text()))
+    o = evaluate(s)
+    assert o.violations
+    conforms(s)
+
+
+def test_whole_blocks_precondition_needed() -> None:
+    """Without full-chunk-within-windowed the final step fails for a full-attention
+    group beside a windowed one (finding 002); with one full-attention chunk size in a
+    layout without windowed groups (what the precondition would need to add) it closes."""
+    assert _check(whole_query((), "full_attention", "a Mamba group")) == z3.sat
+    q = whole_query(WHOLE_PRE, "full_attention", "no windowed group")
+    assert _check(q + [z3.Int("tokens_per_chunk0") <= z3.Int("tokens_per_chunk1")]) == z3.unsat
 
 
 def test_precondition_needed_on_0_33_0() -> None:
