@@ -745,12 +745,14 @@ def witness(sem: Semantics, timeout_ms: int = 60_000) -> Witness:
             z_b = int(m.eval(a.boundary, model_completion=True).as_long())
             o = evaluate(parse_scenario(scen))
             mamba_load = any(ld.blocks and ld.state_position is not None for ld in o.loads)
+            broken = {v.invariant for v in o.violations} & set(COVERED)
             if (o.refused or o.hit_tokens != z_hit or o.tail_boundary != z_b
-                    or not mamba_load):
+                    or not mamba_load or broken):
                 return Witness(False, time.monotonic() - t0, scen, z_hit,
                                note=f"tail witness not reproduced by model/ (hit "
                                     f"{o.hit_tokens}, boundary {o.tail_boundary}; Z3 "
-                                    f"{z_hit}, {z_b}; refused: {o.refused}): encoding bug")
+                                    f"{z_hit}, {z_b}; refused: {o.refused}; violations: "
+                                    f"{sorted(broken)}): encoding bug")
             return Witness(True, time.monotonic() - t0, scen, z_hit)
     return Witness(False, time.monotonic() - t0,
                    note="no run with a partial-tail hit and a Mamba load satisfies the "

@@ -341,7 +341,8 @@ def test_weakened_key_lemma_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("thm", ["no-partial-state", "leaves-last-token"])
+@pytest.mark.parametrize("thm", ["no-partial-state", "leaves-last-token",
+                                 "loads-stored-only"])
 def test_check_routes_tails_through_the_layered_proof(thm: str) -> None:
     """``proofs.check`` answers the 0.33.0 rows from both layered proofs: the scope says
     partial tails on or off, and no bounded scope is left."""
@@ -350,4 +351,6 @@ def test_check_routes_tails_through_the_layered_proof(thm: str) -> None:
     v = check(thm, "vllm-0.33.0", 300_000)
     assert v.status == "PROVED", v.note
     assert v.scope is not None and "partial tails on or off" in v.scope
+    o = evaluate(parse_scenario(L.witness(get_semantics("vllm-0.33.0")).scenario or {}))
+    assert o.tail_boundary is not None and not o.violations
     assert "bounded" not in v.note and "tail_layers_v033" in v.note
