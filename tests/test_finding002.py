@@ -50,16 +50,21 @@ def test_every_real_layout_keeps_full_chunks_within_a_windowed_chunk() -> None:
         bpc = t.blocks_per_chunk or 1
         windowed = [g.block_size * bpc for g in t.groups if g.kind != "full_attention"]
         full = [g.block_size * bpc for g in t.groups if g.kind == "full_attention"]
-        assert not windowed or all(f <= max(windowed) for f in full), t.key
+        if windowed:
+            assert all(f <= max(windowed) for f in full), t.key
+        else:  # full attention alone: one chunk size
+            assert len(set(full)) <= 1, t.key
 
 
 def _full_chunk_within_windowed(s: Scenario) -> bool:
     chunks = resolve_layout(s).groups
     windowed = [c.tokens_per_chunk for c, g in zip(chunks, s.groups, strict=True)
                 if g.kind != "full_attention"]
-    return not windowed or all(c.tokens_per_chunk <= max(windowed)
-                               for c, g in zip(chunks, s.groups, strict=True)
-                               if g.kind == "full_attention")
+    full = [c.tokens_per_chunk for c, g in zip(chunks, s.groups, strict=True)
+            if g.kind == "full_attention"]
+    if not windowed:
+        return len(set(full)) <= 1
+    return all(f <= max(windowed) for f in full)
 
 
 def test_precondition_formula_v033_conforms() -> None:
