@@ -13,8 +13,8 @@ from: a lemma proved for each kind holds for every turn of every group of every 
 Theorems covered (``covers``): no-partial-state (0.33.0 with align-divides-blocks; the
 two fixes with nothing assumed), loads-stored-only (0.33.0 and the completed fix with
 nothing assumed, the proposed fix with same-block-size), whole-blocks (with
-full-chunk-within-windowed), leaves-last-token and termination. Counterexamples still come from the bounded exact encoding
-(``proofs.check_v033``).
+full-chunk-within-windowed), leaves-last-token and termination. Counterexamples still
+come from the bounded exact encoding (``proofs.check_v033``).
 
 loads-stored-only, as for 0.24.0 (``proofs.layers``): the loop tracks ``OK(g, y)``
 ("the chunks group g needs for a hit ending at y answer HIT", ``turn_v033.chunks_ok``):
