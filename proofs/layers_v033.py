@@ -13,8 +13,9 @@ from: a lemma proved for each kind holds for every turn of every group of every 
 Theorems covered (``covers``): no-partial-state (0.33.0 with align-divides-blocks; the
 two fixes with nothing assumed), loads-stored-only (0.33.0 and the completed fix with
 nothing assumed, the proposed fix with same-block-size), whole-blocks (with
-full-chunk-within-windowed), leaves-last-token and termination. Counterexamples still
-come from the bounded exact encoding (``proofs.check_v033``).
+full-chunk-within-windowed), leaves-last-token and termination; maximality (with no-eagle
+and caps-reach-prompt) in ``proofs.maximality_layers_v033``. Counterexamples still come
+from the bounded exact encoding (``proofs.check_v033``).
 
 loads-stored-only, as for 0.24.0 (``proofs.layers``): the loop tracks ``OK(g, y)``
 ("the chunks group g needs for a hit ending at y answer HIT", ``turn_v033.chunks_ok``):
@@ -68,7 +69,10 @@ Query = tuple[str, Callable[[], list[z3.BoolRef]]]
 
 
 def covers(thm: str, assumed: Sequence[str]) -> bool:
-    return thm in COVERED and all(p in TAKES for p in assumed)
+    from proofs import maximality_layers_v033  # maximality: its own module
+
+    return (thm in COVERED and all(p in TAKES for p in assumed)) or \
+        maximality_layers_v033.covers(thm, assumed)
 
 
 def _aligned(thm: str) -> bool:
@@ -273,6 +277,10 @@ def final_query(thm: str, assumed: Sequence[str], kind: str, cap_min: bool = Fal
 
 def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Query]:
     """Every query of the layered proof: each must be unsatisfiable."""
+    if thm == "maximality":  # proofs/maximality_layers_v033.py
+        from proofs import maximality_layers_v033
+
+        return maximality_layers_v033.proof_queries(sem, assumed)
     aligned, stored, whole = _aligned(thm), _stored(thm), _whole(thm)
     names = loop_assumes(sem.reround_mamba, sem.reround_rerun, aligned, stored)
     out: list[Query] = list(ARITHMETIC) if stored else []
@@ -308,6 +316,10 @@ def prove(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
           ) -> tuple[str, str, float]:
     """('PROVED' | 'FAILED' | 'UNKNOWN', which query, seconds). A lemma proved once in
     this process (same semantics and preconditions) is not asked again."""
+    if thm == "maximality":  # proofs/maximality_layers_v033.py
+        from proofs import maximality_layers_v033
+
+        return maximality_layers_v033.prove(sem, assumed, timeout_ms)
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
     for name, build in proof_queries(thm, sem, assumed):
@@ -417,6 +429,11 @@ def witness(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 
     Mamba state, replayed through model/ (same hit, a Mamba load)."""
     from proofs.witness import _solve_alone
 
+    if thm == "maximality":  # proofs/maximality_layers_v033.py
+        from proofs import maximality_layers_v033
+
+        return maximality_layers_v033.witness(sem, assumed, timeout_ms)
+
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
     for kinds in WITNESS_LAYOUTS:
@@ -462,7 +479,9 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
     bounded = check_v033.check(thm, sem.name, assumed, left, tails_only=tails)
     scope = (f"{SCOPE_WORDS}; with partial tails on, within the bounded scope of "
              f"proofs/encoding_v033.py ({SCOPE.words()})" if tails else SCOPE_WORDS)
-    note = f"layered proof (proofs/layers_v033.py): {SCOPE_WORDS}"
+    where = ("proofs/maximality_layers_v033.py" if thm == "maximality"
+             else "proofs/layers_v033.py")
+    note = f"layered proof ({where}): {SCOPE_WORDS}"
     if bounded.status != "PROVED":
         return Verdict(bounded.status, time.monotonic() - t0, bounded.counterexample,
                        f"{note}; but {'partial tails on' if tails else 'the pass bound'}: "
