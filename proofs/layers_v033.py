@@ -12,23 +12,22 @@ from: a lemma proved for each kind holds for every turn of every group of every 
 
 Theorems covered (``covers``): no-partial-state (0.33.0 with align-divides-blocks; the
 two fixes with nothing assumed), loads-stored-only (0.33.0 and the completed fix with
-nothing assumed, the proposed fix with same-block-size), leaves-last-token and
-termination; maximality (with no-eagle and caps-reach-prompt) in
-``proofs.maximality_layers_v033``. Counterexamples still come from the bounded exact
-encoding (``proofs.check_v033``).
+nothing assumed, the proposed fix with same-block-size), whole-blocks (with
+full-chunk-within-windowed), leaves-last-token and termination; maximality (with no-eagle
+and caps-reach-prompt) in ``proofs.maximality_layers_v033``. Counterexamples still come
+from the bounded exact encoding (``proofs.check_v033``).
 
 loads-stored-only, as for 0.24.0 (``proofs.layers``): the loop tracks ``OK(g, y)``
 ("the chunks group g needs for a hit ending at y answer HIT", ``turn_v033.chunks_ok``):
 lemma post (a turn that neither stops, defers nor has its window cut by the fix's
 round-down leaves its group OK) and lemma down (full attention stays OK below); the
 final step shows that what each group loads (``turn_v033.load_plan``) lies within what
-OK covers. whole-blocks (not routed: ``whole_query``): the loop tracks the hit against
-the last turn's chunk and every windowed group's; the final step closes for a
-full-attention group beside a windowed one (full-chunk-within-windowed names it) but not
-in a layout of full-attention groups alone, where the precondition holds vacuously and
-a later full-attention group can cut the hit inside an earlier one's chunk
-(tests/scenarios/vllm-0.33.0-whole-blocks: model and real 0.33.0 agree); those rows
-keep the bounded check's verdict (its scope has one full-attention group). The nonlinear
+OK covers. whole-blocks (``whole_query``): the loop tracks the hit against the last
+turn's chunk and every windowed group's; the final step closes for a full-attention
+group beside a windowed one (full-chunk-within-windowed names it) and, in a layout of
+full-attention groups alone, by the precondition's clause that they share one chunk
+size (without it a later full-attention group can cut the hit inside an earlier one's
+chunk: tests/scenarios/vllm-0.33.0-whole-blocks, model and real 0.33.0 agree). The nonlinear
 quotients get instances of two small arithmetic lemmas
 (``division_facts``: division-monotone, division-exact), each proved by its own query.
 """
@@ -63,8 +62,10 @@ SCOPE_WORDS = ("every layout 0.33.0 accepts (any number of groups of each kind, 
                "and caps; EAGLE on any group), partial tails off (prefix_match_unit "
                "unset)")
 # the theorems the layered proof covers, and the preconditions it may take
-COVERED = ("no-partial-state", "loads-stored-only", "leaves-last-token", "termination")
-TAKES = ("align-divides-blocks", "no-eagle", "mamba-mode-not-all", "same-block-size")
+COVERED = ("no-partial-state", "loads-stored-only", "whole-blocks", "leaves-last-token",
+           "termination")
+TAKES = ("align-divides-blocks", "no-eagle", "mamba-mode-not-all", "same-block-size",
+         "full-chunk-within-windowed")
 
 Query = tuple[str, Callable[[], list[z3.BoolRef]]]
 
@@ -220,16 +221,18 @@ def lemma_initial(assumed: Sequence[str], cap_min: bool = False) -> list[z3.Bool
 
 # whole-blocks' final step for a full-attention group (group 0): the other group of the
 # query is the windowed group full-chunk-within-windowed names, or, in a layout without
-# one, the group of the loop's last turn (the summary bounds the hit by their chunks)
+# one, the group of the loop's last turn (the summary bounds the hit by their chunks; the
+# precondition gives the two full-attention groups one chunk size)
 WHOLE_CASES = {"a sliding-window group": T.SW, "a Mamba group": T.MAMBA,
                "no windowed group": T.FA}
 
 
 def whole_query(assumed: Sequence[str], kind: str, case: str | None = None,
-                cap_min: bool = False) -> list[z3.BoolRef]:
+                cap_min: bool = False, negated: bool = True) -> list[z3.BoolRef]:
     """whole-blocks at the loop's end for a group of ``kind`` (a full-attention group:
     in ``case``), from ``proofs.abstract_v033.summary``: the hit covers a chunk of the
-    last turn's group and of every windowed group."""
+    last turn's group and of every windowed group. Tests leave the violation out
+    (``negated``) to see the premises hold."""
     other = WHOLE_CASES[case] if kind == T.FA and case is not None else None
     x = _setup(assumed, (kind,) if other is None else (kind, other))
     enc, cfg, d = x.enc, x.cfg, x.d
@@ -246,7 +249,7 @@ def whole_query(assumed: Sequence[str], kind: str, case: str | None = None,
                len(cfg.kinds), z3.IntVal(NEXT_NONE), z3.BoolVal(False))
     r = T.result_of(enc, cfg, d, st, [0])
     violation = z3.And(T.active(r), r.hit < d.tpc[0])
-    return _finish(enc, x.premises + facts + [violation])
+    return _finish(enc, x.premises + facts + ([violation] if negated else [T.active(r)]))
 
 
 def final_query(thm: str, assumed: Sequence[str], kind: str, cap_min: bool = False
