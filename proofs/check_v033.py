@@ -74,9 +74,10 @@ def precondition(name: str, enc: E.Enc33, cfg: E.Config33, d: E.Derived33) -> z3
         return z3.And([x == cfg.gpu[0] for x in cfg.gpu])
     if name == "full-chunk-within-windowed":  # finding 002
         windowed = [t for t, k in zip(d.tpc, cfg.kinds, strict=True) if k != E.FA]
-        return z3.And([z3.Or([t <= w for w in windowed])
-                       for t, k in zip(d.tpc, cfg.kinds, strict=True)
-                       if k == E.FA and windowed])
+        full = [t for t, k in zip(d.tpc, cfg.kinds, strict=True) if k == E.FA]
+        if not windowed:  # full attention alone: one chunk size
+            return z3.And([t == full[0] for t in full[1:]])
+        return z3.And([z3.Or([t <= w for w in windowed]) for t in full])
     if name == "no-eagle":
         return z3.And([z3.Not(e) for e in cfg.eagle])
     if name == "nothing-deferred-or-loading":

@@ -12,28 +12,29 @@ from: a lemma proved for each kind holds for every turn of every group of every 
 
 Theorems covered (``covers``): no-partial-state (0.33.0 with align-divides-blocks; the
 two fixes with nothing assumed), loads-stored-only (0.33.0 and the completed fix with
-nothing assumed, the proposed fix with same-block-size), leaves-last-token and
-termination. Counterexamples still come from the bounded exact encoding
-(``proofs.check_v033``).
+nothing assumed, the proposed fix with same-block-size), whole-blocks (with
+full-chunk-within-windowed), leaves-last-token and termination; maximality (with no-eagle
+and caps-reach-prompt) in ``proofs.maximality_layers_v033``. Counterexamples still come
+from the bounded exact encoding (``proofs.check_v033``).
 
 loads-stored-only, as for 0.24.0 (``proofs.layers``): the loop tracks ``OK(g, y)``
 ("the chunks group g needs for a hit ending at y answer HIT", ``turn_v033.chunks_ok``):
 lemma post (a turn that neither stops, defers nor has its window cut by the fix's
 round-down leaves its group OK) and lemma down (full attention stays OK below); the
 final step shows that what each group loads (``turn_v033.load_plan``) lies within what
-OK covers. whole-blocks (not routed: ``whole_query``): the loop tracks the hit against
-the last turn's chunk and every windowed group's; the final step closes for a
-full-attention group beside a windowed one (full-chunk-within-windowed names it) but not
-in a layout of full-attention groups alone, where the precondition holds vacuously and
-a later full-attention group can cut the hit inside an earlier one's chunk
-(tests/scenarios/vllm-0.33.0-whole-blocks: model and real 0.33.0 agree); those rows
-keep the bounded check's verdict (its scope has one full-attention group). The nonlinear
+OK covers. whole-blocks (``whole_query``): the loop tracks the hit against the last
+turn's chunk and every windowed group's; the final step closes for a full-attention
+group beside a windowed one (full-chunk-within-windowed names it) and, in a layout of
+full-attention groups alone, by the precondition's clause that they share one chunk
+size (without it a later full-attention group can cut the hit inside an earlier one's
+chunk: tests/scenarios/vllm-0.33.0-whole-blocks, model and real 0.33.0 agree). The nonlinear
 quotients get instances of two small arithmetic lemmas
 (``division_facts``: division-monotone, division-exact), each proved by its own query.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -45,6 +46,7 @@ import z3
 from model.evaluate import evaluate
 from model.scenario import parse_scenario
 from model.semantics import Semantics
+from proofs import tail_layers_v033
 from proofs import turn_v033 as T
 from proofs.abstract_v033 import obligations
 from proofs.encoding import NEXT_NONE, Enc, State, fresh_state
@@ -60,14 +62,19 @@ SCOPE_WORDS = ("every layout 0.33.0 accepts (any number of groups of each kind, 
                "and caps; EAGLE on any group), partial tails off (prefix_match_unit "
                "unset)")
 # the theorems the layered proof covers, and the preconditions it may take
-COVERED = ("no-partial-state", "loads-stored-only", "leaves-last-token", "termination")
-TAKES = ("align-divides-blocks", "no-eagle", "mamba-mode-not-all", "same-block-size")
+COVERED = ("no-partial-state", "loads-stored-only", "whole-blocks", "leaves-last-token",
+           "termination")
+TAKES = ("align-divides-blocks", "no-eagle", "mamba-mode-not-all", "same-block-size",
+         "full-chunk-within-windowed")
 
 Query = tuple[str, Callable[[], list[z3.BoolRef]]]
 
 
 def covers(thm: str, assumed: Sequence[str]) -> bool:
-    return thm in COVERED and all(p in TAKES for p in assumed)
+    from proofs import maximality_layers_v033  # maximality: its own module
+
+    return (thm in COVERED and all(p in TAKES for p in assumed)) or \
+        maximality_layers_v033.covers(thm, assumed)
 
 
 def _aligned(thm: str) -> bool:
@@ -214,16 +221,18 @@ def lemma_initial(assumed: Sequence[str], cap_min: bool = False) -> list[z3.Bool
 
 # whole-blocks' final step for a full-attention group (group 0): the other group of the
 # query is the windowed group full-chunk-within-windowed names, or, in a layout without
-# one, the group of the loop's last turn (the summary bounds the hit by their chunks)
+# one, the group of the loop's last turn (the summary bounds the hit by their chunks; the
+# precondition gives the two full-attention groups one chunk size)
 WHOLE_CASES = {"a sliding-window group": T.SW, "a Mamba group": T.MAMBA,
                "no windowed group": T.FA}
 
 
 def whole_query(assumed: Sequence[str], kind: str, case: str | None = None,
-                cap_min: bool = False) -> list[z3.BoolRef]:
+                cap_min: bool = False, negated: bool = True) -> list[z3.BoolRef]:
     """whole-blocks at the loop's end for a group of ``kind`` (a full-attention group:
     in ``case``), from ``proofs.abstract_v033.summary``: the hit covers a chunk of the
-    last turn's group and of every windowed group."""
+    last turn's group and of every windowed group. Tests leave the violation out
+    (``negated``) to see the premises hold."""
     other = WHOLE_CASES[case] if kind == T.FA and case is not None else None
     x = _setup(assumed, (kind,) if other is None else (kind, other))
     enc, cfg, d = x.enc, x.cfg, x.d
@@ -240,7 +249,7 @@ def whole_query(assumed: Sequence[str], kind: str, case: str | None = None,
                len(cfg.kinds), z3.IntVal(NEXT_NONE), z3.BoolVal(False))
     r = T.result_of(enc, cfg, d, st, [0])
     violation = z3.And(T.active(r), r.hit < d.tpc[0])
-    return _finish(enc, x.premises + facts + [violation])
+    return _finish(enc, x.premises + facts + ([violation] if negated else [T.active(r)]))
 
 
 def final_query(thm: str, assumed: Sequence[str], kind: str, cap_min: bool = False
@@ -270,6 +279,10 @@ def final_query(thm: str, assumed: Sequence[str], kind: str, cap_min: bool = Fal
 
 def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Query]:
     """Every query of the layered proof: each must be unsatisfiable."""
+    if thm == "maximality":  # proofs/maximality_layers_v033.py
+        from proofs import maximality_layers_v033
+
+        return maximality_layers_v033.proof_queries(sem, assumed)
     aligned, stored, whole = _aligned(thm), _stored(thm), _whole(thm)
     names = loop_assumes(sem.reround_mamba, sem.reround_rerun, aligned, stored)
     out: list[Query] = list(ARITHMETIC) if stored else []
@@ -305,6 +318,10 @@ def prove(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
           ) -> tuple[str, str, float]:
     """('PROVED' | 'FAILED' | 'UNKNOWN', which query, seconds). A lemma proved once in
     this process (same semantics and preconditions) is not asked again."""
+    if thm == "maximality":  # proofs/maximality_layers_v033.py
+        from proofs import maximality_layers_v033
+
+        return maximality_layers_v033.prove(sem, assumed, timeout_ms)
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
     for name, build in proof_queries(thm, sem, assumed):
@@ -414,6 +431,11 @@ def witness(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 
     Mamba state, replayed through model/ (same hit, a Mamba load)."""
     from proofs.witness import _solve_alone
 
+    if thm == "maximality":  # proofs/maximality_layers_v033.py
+        from proofs import maximality_layers_v033
+
+        return maximality_layers_v033.witness(sem, assumed, timeout_ms)
+
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
     for kinds in WITNESS_LAYOUTS:
@@ -433,16 +455,33 @@ def witness(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 
                 return Witness(False, time.monotonic() - t0, scen, z_hit,
                                note=f"witness not reproduced by model/ (hit {o.hit_tokens}, "
                                     f"Z3 {z_hit}; refused: {o.refused}): encoding bug")
-            return Witness(True, time.monotonic() - t0, scen, z_hit)
+            w = Witness(True, time.monotonic() - t0, scen, z_hit)
+            return _tail_witness(thm, sem, w, deadline)
     return Witness(False, time.monotonic() - t0,
                    note="no run with a non-zero hit and a Mamba load satisfies the layered "
                         "proof's premises (small layouts): the proof may be vacuous")
 
 
+def _tail_witness(thm: str, sem: Semantics, w: Witness, deadline: float) -> Witness:
+    """With the tail proof covering ``thm``: its premises too must admit a run, with a
+    partial-tail hit that restores a Mamba state (``tail_layers_v033.witness``)."""
+    if not tail_layers_v033.covers(thm):
+        return w
+    left = max(1000, int((deadline - time.monotonic()) * 1000))
+    tw = tail_layers_v033.witness(sem, left)
+    if not tw.found:
+        return replace(tw, seconds=w.seconds + tw.seconds)
+    return replace(w, seconds=w.seconds + tw.seconds,
+                   note=f"With partial tails on, a partial-tail hit of {tw.hit} that "
+                        "restores a Mamba state, replayed through model/ (`"
+                        f"{json.dumps(tw.scenario, sort_keys=True)}`).")
+
+
 def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
           ) -> Verdict | None:
-    """A verdict from the layered proof (partial tails off) and the bounded check of the
-    layouts with partial tails on, or None when the layered proof does not close (the
+    """A verdict from the layered proof (partial tails off) and, for the layouts with
+    partial tails on, the layered tail proof (``proofs.tail_layers_v033``) or, where that
+    does not close, the bounded check; None when the layered proof does not close (the
     caller then runs the bounded check, which finds any counterexample).
     ``termination`` keeps the whole bounded check: the bounded verdicts of the other
     theorems rest on its bound on the passes."""
@@ -455,11 +494,19 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
     if status != "PROVED":
         return None
     left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
+    # partial tails on: the layered tail proof (proofs/tail_layers_v033.py), else bounded
+    tail_status = tail_layers_v033.prove(thm, left // 2, sem, assumed)[:2] if (
+        tail_layers_v033.covers(thm)) else ("UNKNOWN", "not covered")
+    if tail_status[0] == "PROVED":
+        return _with_tails(thm, sem, assumed, t0, timeout_ms)
+    left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
     tails = thm != "termination"
     bounded = check_v033.check(thm, sem.name, assumed, left, tails_only=tails)
     scope = (f"{SCOPE_WORDS}; with partial tails on, within the bounded scope of "
              f"proofs/encoding_v033.py ({SCOPE.words()})" if tails else SCOPE_WORDS)
-    note = f"layered proof (proofs/layers_v033.py): {SCOPE_WORDS}"
+    where = ("proofs/maximality_layers_v033.py" if thm == "maximality"
+             else "proofs/layers_v033.py")
+    note = f"layered proof ({where}): {SCOPE_WORDS}"
     if bounded.status != "PROVED":
         return Verdict(bounded.status, time.monotonic() - t0, bounded.counterexample,
                        f"{note}; but {'partial tails on' if tails else 'the pass bound'}: "
@@ -470,3 +517,26 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
         note += ("; and within the bounded scope of the other 0.33.0 verdicts "
                  f"({bounded.note.removeprefix('bounded scope: ')})")
     return Verdict("PROVED", time.monotonic() - t0, note=note, scope=scope)
+
+
+def _with_tails(thm: str, sem: Semantics, assumed: Sequence[str], t0: float,
+                timeout_ms: int) -> Verdict:
+    """The verdict when the tails-off and the tail layered proofs both close: every
+    layout 0.33.0 accepts, partial tails on or off. ``termination`` still runs the
+    bounded check: the bounded verdicts of the other theorems rest on its pass bound."""
+    from proofs import check_v033
+    from proofs.check import Verdict
+
+    words = tail_layers_v033.SCOPE_WORDS
+    note = ("layered proof (proofs/layers_v033.py: the complete chunks; "
+            f"proofs/tail_layers_v033.py: the partial tail): {words}")
+    if thm != "termination":
+        return Verdict("PROVED", time.monotonic() - t0, note=note, scope=words)
+    left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
+    bounded = check_v033.check(thm, sem.name, assumed, left)
+    if bounded.status != "PROVED":
+        return Verdict(bounded.status, time.monotonic() - t0, bounded.counterexample,
+                       f"{note}; but the pass bound: {bounded.note}")
+    note += ("; and within the bounded scope of the other 0.33.0 verdicts "
+             f"({bounded.note.removeprefix('bounded scope: ')})")
+    return Verdict("PROVED", time.monotonic() - t0, note=note, scope=words)

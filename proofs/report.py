@@ -208,8 +208,9 @@ def write_report(rows: Sequence[Row], out: Path, jobs: int = 1) -> None:
           "each with its own block size, EAGLE on any of them, any block_size_factor and "
           "window (the loop is proved for any number of groups: proofs/abstract.py). "
           "vLLM 0.33.0 and its fixes (vllm-0.33.0, alt-v033-*) are proved for every "
-          "layout 0.33.0 accepts with partial tails off by a layered proof "
-          "(proofs/layers_v033.py) where it closes, the scope named beside each; the "
+          "layout 0.33.0 accepts by a layered proof (proofs/layers_v033.py; partial "
+          "tails: proofs/tail_layers_v033.py) where it closes, the scope named beside "
+          "each; the "
           "others are checked by an exact bounded encoding (proofs/encoding_v033.py): "
           "their verdicts hold within the bounded scope named beside each (every token "
           "size still symbolic and unbounded); a counterexample is valid whatever the "
@@ -257,7 +258,8 @@ def write_report(rows: Sequence[Row], out: Path, jobs: int = 1) -> None:
                 what = (f"a valid hit of {w.valid_hit}" if w.valid_hit is not None
                         else f"a hit of {w.hit} that restores a Mamba state")
                 md.append(f"\nNot vacuous: witness with {what}, replayed through model/ "
-                          f"(`{json.dumps(w.scenario, sort_keys=True)}`)." if w.found
+                          f"(`{json.dumps(w.scenario, sort_keys=True)}`)."
+                          + (f" {w.note}" if w.note else "") if w.found
                           else f"\nNO WITNESS: {w.note}")
             if r.verdict.counterexample:
                 base = _scenario_name(r)

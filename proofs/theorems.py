@@ -145,16 +145,19 @@ PRECONDITIONS: dict[str, Precondition] = {
         Precondition(
             "full-chunk-within-windowed",
             "every full-attention group's offloaded block is at most the offloaded block of "
-            "some sliding-window or Mamba group (where the layout has one)",
+            "some sliding-window or Mamba group; in a layout with neither, every "
+            "full-attention group's offloaded block is the same",
             lambda c, d: z3.And([z3.Or([d.obs[g] <= d.obs[h] for h in d.windowed])
-                                 for g in range(len(c.kinds))
-                                 if g not in d.windowed and d.windowed]),
+                                 if d.windowed else d.obs[g] == d.obs[0]
+                                 for g in range(len(c.kinds)) if g not in d.windowed]),
             "Not checked by vLLM, and not needed for correct output: a hit that ends inside a "
             "full-attention chunk loads that chunk's GPU blocks and the engine recomputes the "
             "tokens past the hit (docs/findings/002-hit-inside-a-chunk.md). It holds for every "
             "layout of docs/layouts-vllm-0.33.0.md: in align mode the Mamba group takes "
             "cache_config.block_size, as full-attention layers do, and blocks_per_chunk is one "
-            "value for every group.",
+            "value for every group; a layout of full-attention groups alone has one block "
+            "size in every row (two sizes there can end the hit inside a chunk: "
+            "tests/scenarios/vllm-0.33.0-whole-blocks).",
         ),
         Precondition(
             "caps-reach-prompt",
@@ -378,7 +381,8 @@ THEOREMS: dict[str, Theorem] = {
             uses_store=False,
             accepted=_holds_on(),
             # finding 002 (not a bug): on 0.33.0 only a full-attention chunk larger than
-            # every sliding-window and Mamba chunk lets the hit end inside it
+            # every sliding-window and Mamba chunk, or two full-attention chunk sizes
+            # without either, let the hit end inside it
             preconditions_by={s: ("full-chunk-within-windowed",) for s in V033},
         ),
         Theorem(

@@ -232,11 +232,13 @@ def precondition(name: str, enc: Enc, cfg: Cfg, d: D) -> z3.BoolRef:
         return z3.Implies(d.align_on, z3.And([t == d.align for t in d.tpc]))
     if name == "full-chunk-within-windowed":  # finding 002
         windowed = [t for t, k in zip(d.tpc, cfg.kinds, strict=True) if k != FA]
+        full = [t for t, k in zip(d.tpc, cfg.kinds, strict=True) if k == FA]
         # a few groups of an unknown layout: the windowed group it names for a full
-        # attention group is one of them (proofs.layers_v033 picks the cases)
-        return z3.And([z3.Or([t <= w for w in windowed])
-                       for t, k in zip(d.tpc, cfg.kinds, strict=True)
-                       if k == FA and windowed])
+        # attention group is one of them (proofs.layers_v033 picks the cases); in a
+        # layout without windowed groups its full-attention groups share one chunk size
+        same = z3.Implies(z3.Not(d.any_windowed), z3.And([t == full[0] for t in full[1:]]))
+        return z3.And([same] + [z3.Or([t <= w for w in windowed])
+                                for t in full if windowed])
     if name == "mamba-mode-not-all":
         return z3.BoolVal(True)  # 0.33.0 has no mode "all"
     raise ValueError(f"precondition {name!r}: not in the layered 0.33.0 proof")

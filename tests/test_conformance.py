@@ -63,8 +63,10 @@ def _precondition_in_model(name: str, s: Scenario) -> bool:
         return len(set(sizes)) == 1
     if name == "full-chunk-within-windowed":
         windowed = [obs[g] for g, x in enumerate(s.groups) if x.kind != "full_attention"]
-        return not windowed or all(obs[g] <= max(windowed) for g, x in enumerate(s.groups)
-                                   if x.kind == "full_attention")
+        full = [obs[g] for g, x in enumerate(s.groups) if x.kind == "full_attention"]
+        if not windowed:  # full attention alone: one offloaded block
+            return len(set(full)) <= 1
+        return all(f <= max(windowed) for f in full)
     if name == "window-whole-blocks":
         return all(w % obs[g] == 0 for g, w in windows)
     if name == "window-not-one-past-blocks":

@@ -9,6 +9,7 @@ real-layout table. The real engine-core run is ``tests/test_findings.py`` (cross
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,9 @@ from model.evaluate import evaluate
 from model.layout import cdiv
 from model.layout_v033 import resolve_layout
 from model.real_layouts import load_templates
-from model.scenario import Scenario, load_scenario_file
+from model.scenario import Scenario, load_scenario_file, parse_scenario
 from proofs import check_v033, encoding_v033
+from proofs.conformance import preconditions_holding
 from proofs.conformance_v033 import concrete
 from tests.test_conformance_v033 import scenarios
 
@@ -50,16 +52,21 @@ def test_every_real_layout_keeps_full_chunks_within_a_windowed_chunk() -> None:
         bpc = t.blocks_per_chunk or 1
         windowed = [g.block_size * bpc for g in t.groups if g.kind != "full_attention"]
         full = [g.block_size * bpc for g in t.groups if g.kind == "full_attention"]
-        assert not windowed or all(f <= max(windowed) for f in full), t.key
+        if windowed:
+            assert all(f <= max(windowed) for f in full), t.key
+        else:  # full attention alone: one chunk size
+            assert len(set(full)) <= 1, t.key
 
 
 def _full_chunk_within_windowed(s: Scenario) -> bool:
     chunks = resolve_layout(s).groups
     windowed = [c.tokens_per_chunk for c, g in zip(chunks, s.groups, strict=True)
                 if g.kind != "full_attention"]
-    return not windowed or all(c.tokens_per_chunk <= max(windowed)
-                               for c, g in zip(chunks, s.groups, strict=True)
-                               if g.kind == "full_attention")
+    full = [c.tokens_per_chunk for c, g in zip(chunks, s.groups, strict=True)
+            if g.kind == "full_attention"]
+    if not windowed:
+        return len(set(full)) <= 1
+    return all(f <= max(windowed) for f in full)
 
 
 def test_precondition_formula_v033_conforms() -> None:
@@ -75,3 +82,25 @@ def test_precondition_formula_v033_conforms() -> None:
         assert got == _full_chunk_within_windowed(s), s
         seen.add(got)
     assert seen == {True, False}, seen
+
+
+@pytest.mark.parametrize("sizes", [(4, 2), (2, 4), (2, 2)])
+def test_precondition_formulas_conform_on_full_attention_alone(sizes: tuple[int, int]) -> None:
+    """The clause for a layout of full-attention groups alone (one chunk size), outside
+    the generated scenarios' scope: the bounded formula and the older releases' formula
+    (``proofs.theorems``) say what the plain predicate says."""
+    raw = json.loads((ROOT / "tests/scenarios/vllm-0.33.0-whole-blocks/"
+                      "two-full-attention-groups.json").read_text())
+    for g, b in zip(raw["groups"], sizes, strict=True):
+        g["gpu_block_size"] = b
+    s = parse_scenario(raw)
+    want = _full_chunk_within_windowed(s)
+    assert want == (sizes[0] == sizes[1])
+    scope, cfg, order = concrete(s)
+    enc = encoding_v033.Enc33(scope)
+    d = encoding_v033.derive(enc, cfg, order)
+    assert z3.is_true(z3.simplify(check_v033.precondition(
+        "full-chunk-within-windowed", enc, cfg, d))) == want
+    old = parse_scenario(raw | {"semantics": "vllm-0.24.0"})
+    assert preconditions_holding(old, ["full-chunk-within-windowed"]) == {
+        "full-chunk-within-windowed": want}

@@ -24,6 +24,7 @@ import random
 import sys
 from collections import Counter
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -37,7 +38,7 @@ from model.scenario import Scenario, parse_scenario
 from model.semantics import get_semantics
 from proofs import abstract_v033 as abstract
 from proofs import turn_v033
-from proofs.conformance_turn_v033 import encode_scenario, in_scope
+from proofs.conformance_turn_v033 import concrete_config, encode_scenario, in_scope
 from proofs.encoding import Enc, fresh_state
 from proofs.layers_v033 import lemma_turn, proof_queries, prove, whole_query, witness
 
@@ -299,27 +300,67 @@ def test_loads_stored_only_proved(semantics: str) -> None:
 
 
 WHOLE_PRE = ("full-chunk-within-windowed",)
+FA_ALONE = ROOT / "tests/scenarios/vllm-0.33.0-whole-blocks/two-full-attention-groups.json"
 
 
 @pytest.mark.parametrize("semantics", [SEMANTICS[0], *(
     pytest.param(s, marks=pytest.mark.slow) for s in SEMANTICS[1:])])
-def test_whole_blocks_layered_closes_but_for_full_attention_alone(semantics: str) -> None:
-    """whole-blocks with full-chunk-within-windowed: every layered query is proved except
-    the final step for a layout of full-attention groups alone, where the precondition
-    holds vacuously; that case is sat (tests/scenarios/vllm-0.33.0-whole-blocks: the
-    model and the real 0.33.0 scheduler agree on a hit inside a chunk)."""
+def test_whole_blocks_layered_closes(semantics: str) -> None:
+    """whole-blocks with full-chunk-within-windowed: every loop and final-step query is
+    proved, the layout of full-attention groups alone included (the precondition gives
+    them one chunk size); the lemmas are no-partial-state's (proved by its tests)."""
     sem = get_semantics(semantics)
     for name, build in proof_queries("whole-blocks", sem, WHOLE_PRE):
-        if name.startswith("lemma"):
-            continue  # the lemmas no-partial-state's tests prove
-        want = z3.sat if "no windowed group" in name else z3.unsat
-        assert _check(build()) == want, name
+        if not name.startswith("lemma"):
+            assert _check(build()) == z3.unsat, name
+
+
+# whole-blocks instantiated: each layout's kinds, the final step's case for a
+# full-attention group
+WHOLE_LAYOUTS = {"pure Mamba": (("mamba",), None),
+                 "full attention + Mamba": (("full_attention", "mamba"), "a Mamba group"),
+                 "two Mamba groups": (("mamba", "mamba"), None),
+                 "one full-attention group": (("full_attention",), "no windowed group")}
+
+
+@pytest.mark.parametrize("name", list(WHOLE_LAYOUTS))
+def test_whole_blocks_instantiates_to_layout(name: str) -> None:
+    """The loop obligations tracking the hit against the chunks stay proved for the
+    layout, the step's premises hold for it, and so do the final step's premises for
+    each of its kinds (with a non-zero hit): not vacuous."""
+    kinds, case = WHOLE_LAYOUTS[name]
+    for flags in WHOLE_LOOPS:
+        lp = abstract.loop(*flags)
+        pin = [lp.n == len(kinds), lp.f == kinds.count("full_attention")]
+        obligations = dict(abstract.obligations(*flags))
+        step = obligations["loop: a turn of any group keeps the invariant"]
+        assert _check(step[:-1] + pin) == z3.sat
+    for kind in set(kinds):
+        q = whole_query(WHOLE_PRE, kind, case if kind == "full_attention" else None,
+                        negated=False)
+        assert _check(q) == z3.sat, kind
+    assert _check(whole_query(WHOLE_PRE, "full_attention", "no windowed group", negated=False)
+                  + [z3.Int("tokens_per_chunk0") != z3.Int("tokens_per_chunk1")]) == z3.unsat
 
 
 def test_whole_blocks_full_attention_alone_replays() -> None:
-    o = evaluate(parse_scenario(json.loads((ROOT / "tests/scenarios/vllm-0.33.0-whole-blocks/"
-                                            "two-full-attention-groups.json").read_text())))
-    assert o.hit_tokens == 2 and [v.invariant for v in o.violations] == ["whole-blocks"]
+    """The layout of full-attention groups with two chunk sizes breaks whole-blocks on the
+    model and falls outside the amended precondition (its Z3 formula, on that layout);
+    with one block size it satisfies the precondition and whole-blocks holds."""
+    raw = json.loads(FA_ALONE.read_text())
+    for sizes, holds in (((4, 2), False), ((2, 2), True), ((4, 4), True)):
+        for g, b in zip(raw["groups"], sizes, strict=True):
+            g["gpu_block_size"] = b
+        s = parse_scenario(raw)
+        o = evaluate(s)
+        assert ("whole-blocks" in {v.invariant for v in o.violations}) != holds, sizes
+        cfg, bound = concrete_config(s)
+        enc = Enc(bound=bound)
+        d = turn_v033.derive(enc, cfg)
+        pre = turn_v033.precondition(WHOLE_PRE[0], enc, cfg, d)
+        assert z3.is_true(z3.simplify(pre)) == holds, sizes
+        if not holds:
+            assert o.hit_tokens == 2
 
 
 @pytest.mark.parametrize("path", [
@@ -334,13 +375,30 @@ def test_violation_formulas_conform_on_violations(path: str) -> None:
     conforms(s)
 
 
-def test_whole_blocks_precondition_needed() -> None:
+def test_whole_blocks_precondition_needed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without full-chunk-within-windowed the final step fails for a full-attention
-    group beside a windowed one (finding 002); with one full-attention chunk size in a
-    layout without windowed groups (what the precondition would need to add) it closes."""
+    group beside a windowed one (finding 002); without its clause for a layout of
+    full-attention groups alone (sabotage: the layout is said to have a windowed group
+    there) it fails for two full-attention groups."""
     assert _check(whole_query((), "full_attention", "a Mamba group")) == z3.sat
-    q = whole_query(WHOLE_PRE, "full_attention", "no windowed group")
-    assert _check(q + [z3.Int("tokens_per_chunk0") <= z3.Int("tokens_per_chunk1")]) == z3.unsat
+    q = partial(whole_query, WHOLE_PRE, "full_attention", "no windowed group")
+    assert _check(q()) == z3.unsat
+    amended = turn_v033.precondition
+
+    def without_clause(name: str, enc: Enc, cfg: Any, d: Any) -> z3.BoolRef:
+        return amended(name, enc, cfg, replace(d, any_windowed=z3.BoolVal(True)))
+
+    monkeypatch.setattr(turn_v033, "precondition", without_clause)
+    assert _check(q()) == z3.sat
+
+
+def test_whole_blocks_witness_replays() -> None:
+    """A run under whole-blocks' premises with a non-zero hit and a Mamba load, replayed
+    through model/ (same hit, no whole-blocks violation)."""
+    w = witness("whole-blocks", get_semantics(SEMANTICS[0]), WHOLE_PRE)
+    assert w.found and w.scenario is not None, w.note
+    o = evaluate(parse_scenario(w.scenario))
+    assert o.hit_tokens and "whole-blocks" not in {v.invariant for v in o.violations}
 
 
 def test_precondition_needed_on_0_33_0() -> None:
