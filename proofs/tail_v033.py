@@ -327,6 +327,16 @@ def hit_end_after(c: T.Cfg, d: T.D, g: int, before: State, t: T.Step, old: z3.Ar
     return z3.If(looked, confirmed, old)
 
 
+def hit_ends_after(c: T.Cfg, d: T.D, g: int, before: State, t: T.Step,
+                   ends: tuple[z3.ArithRef, ...]) -> tuple[z3.ArithRef, ...]:
+    """Every group's ``lookup_hit_end_chunk_idx`` after group ``g``'s turn: :957 writes
+    only the entry of the group looked up, and only for full attention."""
+    if c.kinds[g] != FA:
+        return ends
+    return tuple(hit_end_after(c, d, g, before, t, e) if h == g else e
+                 for h, e in enumerate(ends))
+
+
 def complete_chunks(enc: Enc, tc: TailCfg, d: T.D, sem: Semantics, passes: int
                     ) -> tuple[T.Result, tuple[z3.ArithRef, ...], z3.BoolRef]:
     """``_lookup_complete_chunks`` (scheduler.py:849) composed of ``turn_v033`` turns, with
@@ -342,8 +352,7 @@ def complete_chunks(enc: Enc, tc: TailCfg, d: T.D, sem: Semantics, passes: int
         for g in groups:
             before = st
             st, t = T.group_step(enc, c, d, sem, st, g)
-            if c.kinds[g] == FA:
-                ends[g] = hit_end_after(c, d, g, before, t, ends[g])
+            ends[:] = hit_ends_after(c, d, g, before, t, tuple(ends))
         return st
 
     st = run_pass(T.initial_state(enc, c, d, sem.cap_min), d.order)

@@ -376,3 +376,17 @@ def test_model_refuses_a_tail_key_past_the_hashes() -> None:
     assert _lookup_partial_tail(layout, s, _Manager(s, layout), 4, False) == (False, False)
     with pytest.raises(KeyPastHashes, match="token 8 is past the request's hashes"):
         _lookup_partial_tail(layout, s, _Manager(s, layout), 6, False)
+
+
+def test_confirmed_hits_kept_needs_own_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another group's turn keeps confirmed-hits (premises hold; the claim is proved); a
+    composition that wrote every group's lookup_hit_end_chunk_idx on each turn breaks it."""
+    sem = get_semantics("vllm-0.33.0")
+    assert _check(L.confirmed_hits_kept_query("full_attention", sem, negated=False)) == z3.sat
+    assert _check(L.confirmed_hits_kept_query("full_attention", sem)) == z3.unsat
+
+    def every(c: Any, d: Any, g: int, before: Any, t: Any, ends: Any) -> Any:
+        return tuple(tail_v033.hit_end_after(c, d, g, before, t, e) for e in ends)
+
+    monkeypatch.setattr(tail_v033, "hit_ends_after", every)
+    assert _check(L.confirmed_hits_kept_query("full_attention", sem)) == z3.sat
