@@ -22,6 +22,12 @@ Layers:
   the tails-off answer's, which ``proofs.layers_v033`` proves free of them for every
   layout its start-up accepts (which the layouts with partial tails on are:
   ``layouts_query``).
+* What other modules prove is read from their definitions, not restated: the
+  complete-chunk loop's end is ``proofs.abstract_v033.summary`` (``loop_end``), the
+  tails-off loads-stored-only is ``turn_v033``'s violation negated (``load_ok``), and
+  confirmed-hits holds at the start and is kept by another group's exact turn
+  (``confirmed_hits_kept_query``: ``tail_v033.hit_ends_after`` writes only its own
+  group's lookup_hit_end_chunk_idx).
 
 The tail phase is the same in the three 0.33.0 semantics (the fixes change only the
 complete chunks), so its queries are asked once per process.
