@@ -21,6 +21,13 @@ from model.scenario import Group, Scenario
 HIT, HIT_PENDING, RETRY, MISS = "HIT", "HIT_PENDING", "RETRY", "MISS"
 
 
+class KeyPastHashes(AssertionError):
+    """A partial-tail key past the request's block hashes: ``_make_boundary_key``
+    (scheduler.py:1063) would index ``block_hashes`` past its end. 0.33.0 cannot get
+    here (scheduler.py:1088 caps max_boundary by the hashes less the EAGLE margin); the
+    model stops rather than answer MISS, so that a lookup without that cap is caught."""
+
+
 def answer(g: Group, end: int, tokens_per_chunk: int) -> str:
     """What the stand-in manager answers for the group's key ending at token ``end``."""
     chunk = end // tokens_per_chunk - 1 if end % tokens_per_chunk == 0 else None
@@ -248,9 +255,13 @@ def _lookup_partial_tail(layout: ChunkLayout, s: Scenario, mgr: _Manager, bounda
                          bridge_pending: bool) -> tuple[bool, bool]:
     # scheduler.py:1160: every group's boundary key must be ready; a miss stops at once
     pending = bridge_pending
+    hashed = (s.prompt_tokens // layout.tokens_per_hash) * layout.tokens_per_hash
     for cfg in layout.groups:
-        result = mgr.lookup(cfg.group_idx, layout.partial_tail_key_tokens(cfg.group_idx,
-                                                                          boundary))
+        key = layout.partial_tail_key_tokens(cfg.group_idx, boundary)  # scheduler.py:1158
+        if key > hashed:
+            raise KeyPastHashes(f"group {cfg.group_idx}: partial-tail key at token {key} is "
+                                f"past the request's hashes ({hashed} tokens)")
+        result = mgr.lookup(cfg.group_idx, key)
         if result == MISS:  # scheduler.py:1184
             return False, pending
         pending |= result != HIT  # scheduler.py:1186

@@ -87,6 +87,7 @@ class Encoded:
     violations: frozenset[str]
     unique: bool
     startup: bool
+    past_hashes: bool  # a partial-tail key was looked up past the request's hashes
 
 
 def encode_scenario(s: Scenario, passes: int, mod: ModuleType = tail_module) -> Encoded:
@@ -132,5 +133,5 @@ def encode_scenario(s: Scenario, passes: int, mod: ModuleType = tail_module) -> 
     solver.pop()
     return Encoded(None if deferred else hit,
                    val(a.boundary) if tail and not deferred else None, out, violated, unique,
-                   val(ok))
+                   val(ok), val(a.past_hashes))
 

@@ -22,6 +22,12 @@ Layers:
   the tails-off answer's, which ``proofs.layers_v033`` proves free of them for every
   layout its start-up accepts (which the layouts with partial tails on are:
   ``layouts_query``).
+* What other modules prove is read from their definitions, not restated: the
+  complete-chunk loop's end is ``proofs.abstract_v033.summary`` (``loop_end``), the
+  tails-off loads-stored-only is ``turn_v033``'s violation negated (``load_ok``), and
+  confirmed-hits holds at the start and is kept by another group's exact turn
+  (``confirmed_hits_kept_query``: ``tail_v033.hit_ends_after`` writes only its own
+  group's lookup_hit_end_chunk_idx).
 
 The tail phase is the same in the three 0.33.0 semantics (the fixes change only the
 complete chunks), so its queries are asked once per process.
@@ -40,6 +46,7 @@ import z3
 from model.evaluate import evaluate
 from model.scenario import parse_scenario
 from model.semantics import Semantics
+from proofs import abstract_v033 as A
 from proofs import tail_v033 as TV
 from proofs import turn_v033 as T
 from proofs.encoding import Enc, State, Store, fresh_state
@@ -171,6 +178,30 @@ def lemma_query(name: str, kind: str, negated: bool = True, sem: Semantics | Non
     else:
         claim = fact(name, before, TV.bridge_lookup_turn(tc, pro, 0, before), pro.check)
     return _finish(enc, premises + more + ([z3.Not(claim)] if negated else []))
+
+
+def confirmed_hits_kept_query(other: str, sem: Semantics | None, negated: bool = True
+                              ) -> list[z3.BoolRef]:
+    """confirmed-hits of a full-attention group (group 0) holds at the loop's start
+    (:887 sets every lookup_hit_end_chunk_idx to 0) and is kept by the exact turn of
+    another group (group 1, of kind ``other``): ``tail_v033.hit_ends_after``, which the
+    composed loop uses, changes only the turn's own group's entry."""
+    assert sem is not None
+    enc, tc, premises = _setup((TV.FA, other))
+    c = tc.base
+    d, env = _env(enc, tc)
+    st = fresh_state(enc, 2, "pre")
+    st = replace(st, halted=z3.Bool("pre_halted"))
+    _, t = T.group_step(enc, c, d, sem, st, 1)
+    old = (z3.Int("hit_end_before0"), z3.Int("hit_end_before1"))
+    new = TV.hit_ends_after(c, d, 1, st, t, old)
+    i = z3.Int("chunk")
+    hit = _hit_chunk(c.stores[0], i)
+    start = fact("confirmed-hits", d.start[0], z3.IntVal(0), i, hit)
+    kept = z3.Implies(fact("confirmed-hits", d.start[0], old[0], i, hit),
+                      fact("confirmed-hits", d.start[0], new[0], i, hit))
+    claim = z3.And(start, kept)
+    return _finish(enc, premises + env + ([z3.Not(claim)] if negated else []))
 
 
 # --- the bridge loops over any number of groups -----------------------------------------
@@ -329,6 +360,25 @@ def _env(enc: Enc, tc: TV.TailCfg) -> tuple[T.D, list[z3.BoolRef]]:
     return d, [env.has_mamba, env.has_windowed, env.mamba_gpu == tc.block]
 
 
+def loop_end(enc: Enc, tc: TV.TailCfg, d: T.D) -> tuple[State, list[z3.BoolRef]]:
+    """The complete-chunk loop's end state (max_hit_size_tokens ``m``, the hit
+    ``m - num_computed_tokens``, as ``proofs.layers_v033.final_query`` reads it) and the
+    loop's summary there: ``proofs.abstract_v033.summary`` of the aligned loop (proved
+    with align-divides-blocks, which every layout with partial tails on keeps:
+    ``layouts_query``), its symbols pinned to this state and ``MA`` read at ``m`` as a
+    multiple ``complete_end_blocks`` of the Mamba align size."""
+    c = tc.base
+    st = fresh_state(enc, 1, "end")
+    st = replace(st, num_hit=st.m - c.computed, halted=z3.Bool("end_halted"))
+    lp = A.loop(reround=False, rerun=False, aligned=True)
+    s = replace(A.fresh("loop_end"), m=st.m, num_hit=st.num_hit, defer=st.defer,
+                halted=st.halted)
+    k = z3.Int("complete_end_blocks")
+    pins = [lp.nc == c.computed, lp.align_on == d.align_on,
+            lp.ma(st.m) == (st.m == d.align * k)]
+    return st, [A.summary(lp, s)] + pins
+
+
 def final_query(thm: str, kind: str, tail: bool) -> list[z3.BoolRef]:
     """The property for a group of ``kind`` of an unknown layout with partial tails on,
     from the summaries read exactly, for a partial-tail hit (``tail``); without one the
@@ -369,17 +419,13 @@ def boundary_on_block_query() -> list[z3.BoolRef]:
     enc, tc, premises = _setup((TV.FA,))
     c = tc.base
     d, env = _env(enc, tc)
-    st = fresh_state(enc, 1, "end")
-    st = State(st.m, st.num_hit, st.defer, st.looked, st.verified, st.next,
-               z3.Bool("end_halted"))
+    st, summary = loop_end(enc, tc, d)
     inner = replace(c, skip_reading=z3.BoolVal(False), in_flight=z3.BoolVal(False))
     r = T.result_of(enc, inner, d, st, [0])
     k = z3.Int("complete_end_blocks")
-    summary = z3.Implies(z3.Not(st.halted), z3.And(st.num_hit >= 1,
-                                                   c.computed + st.num_hit == tc.block * k))
     blocks = z3.If(st.halted, enc.floordiv(c.computed, c.gpu[0], "computed_blocks0"), k)
-    return _finish(enc, premises + env + [summary, z3.Not(r.deferred),
-                                          c.computed + r.hit != tc.block * blocks])
+    return _finish(enc, premises + env + summary + [z3.Not(r.deferred),
+                                                    c.computed + r.hit != tc.block * blocks])
 
 
 def tail_end_query(kind: str) -> list[z3.BoolRef]:
@@ -414,9 +460,7 @@ def stored_only_query(kind: str, case: str) -> list[z3.BoolRef]:
     enc, tc, premises = _setup((kind,))
     c = tc.base
     d, env = _env(enc, tc)
-    st = fresh_state(enc, 1, "end")
-    st = State(st.m, st.num_hit, st.defer, st.looked, st.verified, st.next,
-               z3.Bool("end_halted"))
+    st, summary = loop_end(enc, tc, d)
     inner = replace(c, skip_reading=z3.BoolVal(False), in_flight=z3.BoolVal(False))
     r_complete = T.result_of(enc, inner, d, st, [0])
     r_off = T.result_of(enc, c, d, st, [0])
@@ -427,17 +471,12 @@ def stored_only_query(kind: str, case: str) -> list[z3.BoolRef]:
     a = TV.finish(tc, r_complete.deferred, r_complete.hit, scan)
     i = z3.Int("chunk")
     hit_i = _hit_chunk(c.stores[0], i)
-    off = T.load_plan(enc, c, d, r_off.hit, [0])[0]
-    facts = [
-        # the complete-chunk loop's summary (proofs.abstract_v033.summary, aligned: proved
-        # with align-divides-blocks, which every layout with partial tails on keeps,
-        # layouts_query): a converged hit is >= 1 and ends on the Mamba align size B
-        z3.Implies(z3.Not(st.halted), z3.And(st.num_hit >= 1, c.computed + st.num_hit
-                                             == tc.block * z3.Int("complete_end_blocks"))),
+    facts = summary + [
         bridge_summary(pro, missed), scan_summary(pro, mbp, bp, scan),
         z3.Implies(ACCEPTED(scan.chosen), TV.key_answer(enc, tc, 0, scan.chosen) == TV.HIT),
-        # the tails-off loads-stored-only at chunk i (proofs/layers_v033.py)
-        z3.Implies(z3.And(T.active(r_off), off.lo <= i, i < off.hi), hit_i),
+        # the tails-off theorem (proofs/layers_v033.py proves its violation unsat): every
+        # chunk the tails-off answer loads is a HIT (turn_v033.load_ok)
+        z3.Not(T.VIOLATIONS["loads-stored-only"](enc, c, d, r_off)),
     ]
     if kind == TV.FA:
         facts += [
@@ -550,6 +589,10 @@ def proof_queries(thm: str, sem: Semantics | None = None, assumed: Sequence[str]
                 if kind == TV.FA:  # only full-attention groups confirm (:957)
                     out.append((f"tail lemma {name} ({kind}, {getattr(sem, 'name', sem)})",
                                 partial(lemma_query, name, kind, True, sem)))
+                    for other in (TV.FA, TV.MAMBA):  # and only their own entry
+                        out.append((f"tail lemma {name}: at the start and kept by another "
+                                    f"group's turn ({other}, {getattr(sem, 'name', sem)})",
+                                    partial(confirmed_hits_kept_query, other, sem)))
                 continue
             out.append((f"tail lemma {name} ({kind})", partial(lemma_query, name, kind)))
     for name, q in bridge_obligations(stored) + key_obligations() + scan_obligations():

@@ -123,6 +123,7 @@ class Prologue:
     bridge_idx: z3.ArithRef  # bridge_chunk_idx (:1111)
     bridge_b: z3.ArithRef  # bridge_boundary
     check: z3.BoolRef  # the bridge chunk is looked at (:1116)
+    hashed: z3.ArithRef  # the tokens the request's block hashes cover (:1092)
 
 
 def prologue(enc: Enc, tc: TailCfg, complete_hit: z3.ArithRef) -> Prologue:
@@ -140,7 +141,8 @@ def prologue(enc: Enc, tc: TailCfg, complete_hit: z3.ArithRef) -> Prologue:
     go = mb > cb  # scheduler.py:1103
     bridge_idx = enc.floordiv(cb, block, "bridge_chunk")  # scheduler.py:1111
     bridge_b = (bridge_idx + 1) * block
-    return Prologue(cb, mb, go, bridge_idx, bridge_b, z3.And(go, mb >= bridge_b))  # :1116
+    return Prologue(cb, mb, go, bridge_idx, bridge_b, z3.And(go, mb >= bridge_b),  # :1116
+                    hashed)
 
 
 @dataclass(frozen=True)
@@ -251,6 +253,8 @@ class Answer:
     hit: z3.ArithRef
     tail: z3.BoolRef  # a partial-tail hit, ending at ``boundary``
     boundary: z3.ArithRef
+    # a partial-tail key was looked up past the request's hashes (unreachable in 0.33.0)
+    past_hashes: z3.BoolRef = z3.BoolVal(False)
 
 
 def finish(tc: TailCfg, complete_deferred: z3.BoolRef, complete_hit: z3.ArithRef,
@@ -282,12 +286,17 @@ def bridge(enc: Enc, tc: TailCfg, pro: Prologue) -> Bridge:
 
 
 def try_boundary(enc: Enc, tc: TailCfg, pro: Prologue, bridge_pending: z3.BoolRef,
-                 st: Scan) -> Scan:
+                 st: Scan) -> tuple[Scan, z3.BoolRef]:
+    """The try of boundary ``st.cur``; also whether it looks a key up past the request's
+    hashes (``_make_boundary_key`` would index ``block_hashes`` past its end, :1063: a
+    state the real code cannot reach while :1088 caps max_boundary)."""
     keys = Keys(z3.BoolVal(False), z3.And(loads_bridge(pro, st.cur), bridge_pending))
+    past: list[z3.BoolRef] = []
     for g in range(len(tc.kinds)):  # every group, in index order (:1178)
+        past.append(z3.And(z3.Not(keys.missed), st.cur + margin(tc, g) > pro.hashed))
         keys = key_turn(enc, tc, g, st.cur, keys)
     hit, pending = key_result(keys)
-    return boundary_turn(tc, pro, st, hit, pending)
+    return boundary_turn(tc, pro, st, hit, pending), z3.And(running(pro, st), z3.Or(past))
 
 
 def run_tail(enc: Enc, tc: TailCfg, complete_deferred: z3.BoolRef, complete_hit: z3.ArithRef,
@@ -297,9 +306,14 @@ def run_tail(enc: Enc, tc: TailCfg, complete_deferred: z3.BoolRef, complete_hit:
     pro = prologue(enc, tc, complete_hit)
     br = bridge(enc, tc, pro)
     st = scan_start(after_bridge(tc, pro, br.missed), br.pending)
+    past: z3.BoolRef = z3.BoolVal(False)
     for _ in range(boundaries):
-        st = try_boundary(enc, tc, pro, br.pending, st)
-    return finish(tc, complete_deferred, complete_hit, st), z3.Not(running(pro, st))
+        st, here = try_boundary(enc, tc, pro, br.pending, st)
+        past = z3.Or(past, here)
+    ans = finish(tc, complete_deferred, complete_hit, st)
+    c = tc.base  # no tail is looked up after a deferral, in flight, skipping (:1075)
+    looked = z3.And(z3.Not(complete_deferred), z3.Not(c.skip_reading), z3.Not(c.in_flight))
+    return replace(ans, past_hashes=z3.And(looked, past)), z3.Not(running(pro, st))
 
 
 def hit_end_after(c: T.Cfg, d: T.D, g: int, before: State, t: T.Step, old: z3.ArithRef
@@ -311,6 +325,16 @@ def hit_end_after(c: T.Cfg, d: T.D, g: int, before: State, t: T.Step, old: z3.Ar
     confirmed = z3.If(t.deferred, d.start[g], t.ends[2] + z3.If(unverified, 1, 0))
     looked = z3.And(z3.Not(before.halted), z3.Not(t.too_short))
     return z3.If(looked, confirmed, old)
+
+
+def hit_ends_after(c: T.Cfg, d: T.D, g: int, before: State, t: T.Step,
+                   ends: tuple[z3.ArithRef, ...]) -> tuple[z3.ArithRef, ...]:
+    """Every group's ``lookup_hit_end_chunk_idx`` after group ``g``'s turn: :957 writes
+    only the entry of the group looked up, and only for full attention."""
+    if c.kinds[g] != FA:
+        return ends
+    return tuple(hit_end_after(c, d, g, before, t, e) if h == g else e
+                 for h, e in enumerate(ends))
 
 
 def complete_chunks(enc: Enc, tc: TailCfg, d: T.D, sem: Semantics, passes: int
@@ -328,8 +352,7 @@ def complete_chunks(enc: Enc, tc: TailCfg, d: T.D, sem: Semantics, passes: int
         for g in groups:
             before = st
             st, t = T.group_step(enc, c, d, sem, st, g)
-            if c.kinds[g] == FA:
-                ends[g] = hit_end_after(c, d, g, before, t, ends[g])
+            ends[:] = hit_ends_after(c, d, g, before, t, tuple(ends))
         return st
 
     st = run_pass(T.initial_state(enc, c, d, sem.cap_min), d.order)

@@ -7,7 +7,8 @@ exact unbounded steps (``proofs/tail_v033.py``) are pinned to ``model/lookup_v03
 * Conformance: the complete-chunk turns and the tail's steps composed agree with the
   model on generated layouts with partial tails on (several groups of each kind, EAGLE,
   pending and RETRY keys, being-loaded chunks, caps, GPU hits), and a copy without the
-  EAGLE margin, the EAGLE search block, the bridge miss, a cap on max_boundary or the
+  EAGLE margin, the EAGLE search block, the bridge miss, a cap on max_boundary (the
+  EAGLE hash cap: a key past the request's hashes, where model/ raises) or the
   deferral disagrees on a scenario.
 * The real partial-tail layouts (docs/layouts-vllm-0.33.0.md) are instances of the
   proved statement (the start-up premises hold for their sizes).
@@ -220,6 +221,8 @@ def conforms(s: Scenario, mod: ModuleType = tail_v033, seen: Counter[str] | None
     e = encode_scenario(s, o.lookup.passes, mod)
     assert e.startup, "start-up constraints refuse a scenario model/ takes"
     assert e.unique, "the encoding's answer is not unique"
+    # model/ raises KeyPastHashes there (0.33.0 cannot get there): the encoding never may
+    assert not e.past_hashes, "encoding: a partial-tail key past the request's hashes"
     assert (e.hit, e.boundary) == (o.hit_tokens, o.tail_boundary), (
         f"hit: encoding {e.hit} at {e.boundary} vs model {o.hit_tokens} at "
         f"{o.tail_boundary}")
@@ -255,6 +258,8 @@ SABOTAGES = {
     "new-tokens-cap": ("    mb = z3.If(c.has_new_cap, zmin(mb, local + c.new_cap), mb)", ""),
     # scheduler.py:1097: max_load_tokens caps max_boundary
     "load-cap": ("    mb = z3.If(c.has_load_cap, zmin(mb, local + c.load_cap), mb)", ""),
+    # scheduler.py:1088: the EAGLE proof key needs a hash past the boundary
+    "eagle-hash-cap": ("    mb = z3.If(tc.margin_on, zmin(mb, hashed - tph), mb)", ""),
     # scheduler.py:1150: a pending key defers a request with no complete hit
     "deferral": ("z3.And(z3.Not(tail), st.pending, complete_hit == 0)", "z3.BoolVal(False)"),
 }
@@ -302,8 +307,11 @@ def test_tail_v033_conforms_to_model_many() -> None:
     print(dict(seen))
 
 
-# the default suite runs three (a second); -m slow the others
-QUICK = ("bridge-miss", "deferral", "new-tokens-cap")
+# what the conformance check reports for a sabotage (default: a different hit)
+MISMATCH = {"eagle-hash-cap": "encoding: a partial-tail key past the request's hashes"}
+
+# the default suite runs four (a second); -m slow the others
+QUICK = ("bridge-miss", "deferral", "eagle-hash-cap", "new-tokens-cap")
 
 
 @pytest.mark.parametrize("name", [n if n in QUICK else pytest.param(n, marks=pytest.mark.slow)
@@ -311,7 +319,7 @@ QUICK = ("bridge-miss", "deferral", "new-tokens-cap")
 def test_sabotaged_tail_v033_fails_conformance(name: str) -> None:
     s = parse_scenario(WITNESSES[name])
     conforms(s)  # the real encoding agrees with model/ here
-    with pytest.raises(AssertionError, match="hit: encoding"):
+    with pytest.raises(AssertionError, match=MISMATCH.get(name, "hit: encoding")):
         conforms(s, sabotaged(name))
 
 
@@ -354,3 +362,31 @@ def test_check_routes_tails_through_the_layered_proof(thm: str) -> None:
     o = evaluate(parse_scenario(L.witness(get_semantics("vllm-0.33.0")).scenario or {}))
     assert o.tail_boundary is not None and not o.violations
     assert "bounded" not in v.note and "tail_layers_v033" in v.note
+
+
+def test_model_refuses_a_tail_key_past_the_hashes() -> None:
+    """model/ never answers MISS for a partial-tail key past the request's hashes (0.33.0
+    would index ``block_hashes`` past its end): on eagle-hash-cap's witness the EAGLE key
+    at boundary 6 ends at token 8, past the 3 hashes (6 tokens)."""
+    from model import layout_v033
+    from model.lookup_v033 import KeyPastHashes, _lookup_partial_tail, _Manager
+
+    s = parse_scenario(WITNESSES["eagle-hash-cap"])
+    layout = layout_v033.resolve_layout(s)
+    assert _lookup_partial_tail(layout, s, _Manager(s, layout), 4, False) == (False, False)
+    with pytest.raises(KeyPastHashes, match="token 8 is past the request's hashes"):
+        _lookup_partial_tail(layout, s, _Manager(s, layout), 6, False)
+
+
+def test_confirmed_hits_kept_needs_own_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another group's turn keeps confirmed-hits (premises hold; the claim is proved); a
+    composition that wrote every group's lookup_hit_end_chunk_idx on each turn breaks it."""
+    sem = get_semantics("vllm-0.33.0")
+    assert _check(L.confirmed_hits_kept_query("full_attention", sem, negated=False)) == z3.sat
+    assert _check(L.confirmed_hits_kept_query("full_attention", sem)) == z3.unsat
+
+    def every(c: Any, d: Any, g: int, before: Any, t: Any, ends: Any) -> Any:
+        return tuple(tail_v033.hit_end_after(c, d, g, before, t, e) for e in ends)
+
+    monkeypatch.setattr(tail_v033, "hit_ends_after", every)
+    assert _check(L.confirmed_hits_kept_query("full_attention", sem)) == z3.sat
