@@ -70,6 +70,9 @@ class Verdict:
     # the bound the verdict holds within, where it differs from the semantics' (the
     # layered 0.33.0 proof's "every layout", proofs/layers_v033.py)
     scope: str | None = None
+    # the bounded encoding's scope for the part of the layouts the verdict covers only
+    # within it (the layered 0.33.0 rows whose partial-tail layouts stay bounded)
+    tails_bounded: str | None = None
 
 
 # simplify, propagate the values, eliminate the variables the equations define (the

@@ -513,7 +513,10 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
     left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
     tails = thm != "termination"
     bounded = check_v033.check(thm, sem.name, assumed, left, tails_only=tails)
-    scope = (f"{SCOPE_WORDS}; with partial tails on, within the bounded scope of "
+    # why a bound remains for partial tails on: the tail proof does not cover the theorem
+    why = ("bounded because the layered tail proof (proofs/tail_layers_v033.py) covers "
+           f"only {', '.join(tail_layers_v033.COVERED)}")
+    scope = (f"{SCOPE_WORDS}; with partial tails on ({why}), within the bounded scope of "
              f"proofs/encoding_v033.py ({SCOPE.words()})" if tails else SCOPE_WORDS)
     where = ("proofs/maximality_layers_v033.py" if thm == "maximality"
              else "proofs/layers_v033.py")
@@ -527,7 +530,8 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
     else:
         note += ("; and within the bounded scope of the other 0.33.0 verdicts "
                  f"({bounded.note.removeprefix('bounded scope: ')})")
-    return Verdict("PROVED", time.monotonic() - t0, note=note, scope=scope)
+    return Verdict("PROVED", time.monotonic() - t0, note=note, scope=scope,
+                   tails_bounded=SCOPE.words() if tails else None)
 
 
 def _with_tails(thm: str, sem: Semantics, assumed: Sequence[str], t0: float,

@@ -145,6 +145,8 @@ def row_json(row: Row) -> dict[str, Any]:
         "scope": _scope(row.semantics, row.verdict),
         # the bounded encoding's scope (False: no bound, or the layered proof's words)
         "bounded": _scope(row.semantics) is not None and row.verdict.scope is None,
+        # layered, but its layouts with partial tails on only within the bounded scope
+        "tails_bounded": row.verdict.tails_bounded,
         "counterexample": row.verdict.counterexample,
         "over_accepted_layouts": {
             "status": (row.accepted or row.verdict).status,
