@@ -334,25 +334,33 @@ def prove(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
             thm, sem.name, tuple(sorted(assumed)), name)
         if key in _PROVED:
             continue
-        q = build()
-        text = hashlib.sha1("\n".join(x.sexpr() for x in q).encode()).hexdigest()
-        if text in _PROVED_TEXT:
-            _PROVED.add(key)
-            continue
-        left = int((deadline - time.monotonic()) * 1000)
-        if left <= 0:
-            return "UNKNOWN", f"{name}: out of time", time.monotonic() - t0
-        s = z3.Solver()
-        s.set("timeout", left)
-        s.add(*q)
-        res = s.check()
-        if res == z3.sat:
-            return "FAILED", name, time.monotonic() - t0
-        if res == z3.unknown:
-            return "UNKNOWN", f"{name}: solver returned unknown", time.monotonic() - t0
+        failed = ask_unsat(name, build(), t0, deadline)
+        if failed is not None:
+            return failed
         _PROVED.add(key)
-        _PROVED_TEXT.add(text)
     return "PROVED", "", time.monotonic() - t0
+
+
+def ask_unsat(name: str, q: list[z3.BoolRef], t0: float, deadline: float
+              ) -> tuple[str, str, float] | None:
+    """None when query ``name`` is unsatisfiable (proved now, or its text proved before in
+    this process), else ('FAILED' | 'UNKNOWN', why, seconds since t0)."""
+    text = hashlib.sha1("\n".join(x.sexpr() for x in q).encode()).hexdigest()
+    if text in _PROVED_TEXT:
+        return None
+    left = int((deadline - time.monotonic()) * 1000)
+    if left <= 0:
+        return "UNKNOWN", f"{name}: out of time", time.monotonic() - t0
+    s = z3.Solver()
+    s.set("timeout", left)
+    s.add(*q)
+    res = s.check()
+    if res == z3.sat:
+        return "FAILED", name, time.monotonic() - t0
+    if res == z3.unknown:
+        return "UNKNOWN", f"{name}: solver returned unknown", time.monotonic() - t0
+    _PROVED_TEXT.add(text)
+    return None
 
 
 # --- witnesses: the premises hold on a run with a hit that restores a Mamba state -------

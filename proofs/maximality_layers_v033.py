@@ -41,7 +41,6 @@ counterexamples (``proofs.check_v033``).
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -382,9 +381,6 @@ def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[L.Query]:
     return out
 
 
-_PROVED: set[str] = set()  # the digests of the queries proved in this process
-
-
 def prove(sem: Semantics, pre: Sequence[str], timeout_ms: int) -> tuple[str, str, float]:
     """('PROVED' | 'FAILED' | 'UNKNOWN', which query, seconds), as
     ``proofs.layers_v033.prove``; a query whose text was proved before in this process
@@ -393,22 +389,9 @@ def prove(sem: Semantics, pre: Sequence[str], timeout_ms: int) -> tuple[str, str
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
     for name, build in proof_queries(sem, pre):
-        q = build()
-        key = hashlib.sha1("\n".join(x.sexpr() for x in q).encode()).hexdigest()
-        if key in _PROVED:
-            continue
-        left = int((deadline - time.monotonic()) * 1000)
-        if left <= 0:
-            return "UNKNOWN", f"{name}: out of time", time.monotonic() - t0
-        s = z3.Solver()
-        s.set("timeout", left)
-        s.add(*q)
-        res = s.check()
-        if res == z3.sat:
-            return "FAILED", name, time.monotonic() - t0
-        if res == z3.unknown:
-            return "UNKNOWN", f"{name}: solver returned unknown", time.monotonic() - t0
-        _PROVED.add(key)
+        failed = L.ask_unsat(name, build(), t0, deadline)
+        if failed is not None:
+            return failed
     return "PROVED", "", time.monotonic() - t0
 
 
