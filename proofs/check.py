@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import z3
 
@@ -209,19 +209,40 @@ def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
 _PROVED: set[tuple[object, ...]] = set()
 
 
-def _keys(thm: Theorem, sem: Semantics, assumed: Sequence[str], name: str
-          ) -> tuple[tuple[object, ...], list[tuple[object, ...]]]:
-    """The cache key a proof of query ``name`` is stored under, and the keys whose
-    proof also proves it."""
+def _key(thm: Theorem, sem: Semantics, assumed: Sequence[str], name: str
+         ) -> tuple[object, ...]:
+    """The cache key a proof of query ``name`` is stored under."""
     if name.startswith("lemma"):
-        key: tuple[object, ...] = ("lemma", sem.name, tuple(sorted(assumed)), name)
-        return key, [key, ("lemma", sem.name, (), name)]
+        return ("lemma", sem.name, tuple(sorted(assumed)), name)
     if name.startswith("loop:"):
-        key = ("loop", thm.name == "maximality", "nothing-deferred-or-loading" in assumed,
-               name)
-        return key, [key]
-    key = ("final", thm.name, sem.name, tuple(sorted(assumed)), name)
-    return key, [key]
+        return ("loop", thm.name == "maximality", "nothing-deferred-or-loading" in assumed,
+                name)
+    return ("final", thm.name, sem.name, tuple(sorted(assumed)), name)
+
+
+# the preconditions each lemma was proved under in this process, by (semantics, name)
+_LEMMAS: dict[tuple[str, str], list[frozenset[str]]] = {}
+
+
+def _proved(key: tuple[object, ...]) -> bool:
+    """Whether a query proved in this process proves ``key``'s: the same one, or the same
+    lemma on the same semantics proved under a subset of its preconditions (a lemma's
+    preconditions are premises of its query: with more of them it stays unsatisfiable)."""
+    if key in _PROVED:
+        return True
+    if key[0] != "lemma":
+        return False
+    _, sem, assumed, name = key
+    have = set(cast(tuple[str, ...], assumed))
+    return any(p <= have for p in _LEMMAS.get((str(sem), str(name)), ()))
+
+
+def _record(key: tuple[object, ...]) -> None:
+    _PROVED.add(key)
+    if key[0] == "lemma":
+        _, sem, assumed, name = key
+        _LEMMAS.setdefault((str(sem), str(name)), []).append(
+            frozenset(cast(tuple[str, ...], assumed)))
 
 
 # answers to proof queries in this process, by the query's terms (hash-consed: the same
@@ -246,8 +267,8 @@ def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
     """('PROVED' | 'FAILED' | 'UNKNOWN', which obligation) for ``thm`` under ``assumed``."""
     deadline = time.monotonic() + timeout_ms / 1000
     for name, build in proof_queries(thm, sem, assumed):
-        key, known = _keys(thm, sem, assumed, name)
-        if any(k in _PROVED for k in known):
+        key = _key(thm, sem, assumed, name)
+        if _proved(key):
             continue
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
@@ -266,7 +287,7 @@ def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
             return "FAILED", name
         if res == z3.unknown:
             return "UNKNOWN", f"{name}: solver returned unknown"
-        _PROVED.add(key)
+        _record(key)
     return "PROVED", ""
 
 
