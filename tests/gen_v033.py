@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,18 @@ def scenarios(draw: Draw, keep: Callable[[Scenario], bool], count: int,
         if keep(s) and evaluate(s).refused is None:
             out.append(s)
     return out
+
+
+def tally(drawn: Iterable[Scenario], conforms: Callable[..., None], wanted: Sequence[str],
+          least: int) -> Counter[str]:
+    """``conforms(s, seen=...)`` on each drawn scenario, counting what they reach; each
+    of ``wanted`` reached at least ``least`` times."""
+    seen: Counter[str] = Counter()
+    for s in drawn:
+        conforms(s, seen=seen)
+    for what in wanted:
+        assert seen[what] >= least, f"{what}: only {seen[what]} of {seen['examples']}: {seen}"
+    return seen
 
 
 def _computed(rng: random.Random, prompt: int, unit: int) -> int:

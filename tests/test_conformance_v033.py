@@ -142,12 +142,8 @@ WITNESSES: dict[str, dict[str, Any]] = {
 
 
 def _run(count: int, least: int, seed: int = 0) -> Counter[str]:
-    seen: Counter[str] = Counter()
-    for s in scenarios(count, seed):
-        conforms(s, seen=seen)
-    for what in ("nonzero hit", "deferred", "EAGLE pop", "caps"):
-        assert seen[what] >= least, f"{what}: only {seen[what]} of {seen['examples']}: {seen}"
-    return seen
+    return gen.tally(scenarios(count, seed), conforms,
+                     ("nonzero hit", "deferred", "EAGLE pop", "caps"), least)
 
 
 def test_encoding_v033_conforms_to_model() -> None:
@@ -161,13 +157,9 @@ TAIL_MANY = 1000  # -m conformance (.ci/run)
 def _run_tails(count: int, least: int, seed: int = 0) -> Counter[str]:
     """Partial tails on: forced partial-tail hits (most tail keys stored), with the EAGLE
     proof margin, past a bridge chunk, and deferrals by a key not ready."""
-    seen: Counter[str] = Counter()
-    for s in tail_scenarios(count, seed):
-        conforms(s, seen=seen)
-    for what in ("tail hit", "tail hit, EAGLE margin", "tail hit past a bridge",
-                 "deferred", "EAGLE pop"):
-        assert seen[what] >= least, f"{what}: only {seen[what]} of {seen['examples']}: {seen}"
-    return seen
+    return gen.tally(tail_scenarios(count, seed), conforms,
+                     ("tail hit", "tail hit, EAGLE margin", "tail hit past a bridge",
+                      "deferred", "EAGLE pop"), least)
 
 
 def test_encoding_v033_conforms_with_partial_tails() -> None:

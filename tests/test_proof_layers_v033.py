@@ -536,12 +536,8 @@ MANY = 1000  # -m conformance (.ci/run)
 
 
 def _run(count: int, least: int, seed: int = 0) -> Counter[str]:
-    seen: Counter[str] = Counter()
-    for s in scenarios(count, seed):
-        conforms(s, seen=seen)
-    for what in ("nonzero hit", "deferred", "EAGLE pop", "several of a kind"):
-        assert seen[what] >= least, f"{what}: only {seen[what]}: {seen}"
-    return seen
+    return gen.tally(scenarios(count, seed), conforms,
+                     ("nonzero hit", "deferred", "EAGLE pop", "several of a kind"), least)
 
 
 def test_turn_v033_conforms_to_model() -> None:

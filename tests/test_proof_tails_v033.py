@@ -210,12 +210,8 @@ MANY = 300  # -m conformance (.ci/run)
 
 
 def _run(count: int, least: int, seed: int = 0) -> Counter[str]:
-    seen: Counter[str] = Counter()
-    for s in scenarios(count, seed):
-        conforms(s, seen=seen)
-    for what in ("tail hit", "EAGLE margin", "several Mamba groups"):
-        assert seen[what] >= least, f"{what}: only {seen[what]}: {seen}"
-    return seen
+    return gen.tally(scenarios(count, seed), conforms,
+                     ("tail hit", "EAGLE margin", "several Mamba groups"), least)
 
 
 def test_tail_v033_conforms_to_model() -> None:
