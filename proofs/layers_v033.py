@@ -501,9 +501,9 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
     """A verdict from the layered proof (partial tails off) and, for the layouts with
     partial tails on, the layered tail proof (``proofs.tail_layers_v033``) or, where that
     does not close, the bounded check; None when the layered proof does not close (the
-    caller then runs the bounded check, which finds any counterexample).
-    ``termination`` keeps the whole bounded check: the bounded verdicts of the other
-    theorems rest on its bound on the passes."""
+    caller then runs the bounded check, which finds any counterexample). A bounded
+    PROVED verdict with partial tails on carries its own pass bound over the same layouts
+    (``check_v033.check``)."""
     from proofs import check_v033
     from proofs.check import Verdict
     from proofs.encoding_v033 import SCOPE
@@ -517,49 +517,31 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
     tail_status = tail_layers_v033.prove(thm, left // 2, sem, assumed)[:2] if (
         tail_layers_v033.covers(thm)) else ("UNKNOWN", "not covered")
     if tail_status[0] == "PROVED":
-        return _with_tails(thm, sem, assumed, t0, timeout_ms)
+        return _with_tails(thm, t0)
     left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
-    tails = thm != "termination"
-    bounded = check_v033.check(thm, sem.name, assumed, left, tails_only=tails)
+    bounded = check_v033.check(thm, sem.name, assumed, left, tails_only=True)
     # why a bound remains for partial tails on: the tail proof does not cover the theorem
     why = ("bounded because the layered tail proof (proofs/tail_layers_v033.py) covers "
            f"only {', '.join(tail_layers_v033.COVERED)}")
     scope = (f"{SCOPE_WORDS}; with partial tails on ({why}), within the bounded scope of "
-             f"proofs/encoding_v033.py ({SCOPE.words()})" if tails else SCOPE_WORDS)
+             f"proofs/encoding_v033.py ({SCOPE.words()})")
     where = ("proofs/maximality_layers_v033.py" if thm == "maximality"
              else "proofs/layers_v033.py")
     note = f"layered proof ({where}): {SCOPE_WORDS}"
     if bounded.status != "PROVED":
         return Verdict(bounded.status, time.monotonic() - t0, bounded.counterexample,
-                       f"{note}; but {'partial tails on' if tails else 'the pass bound'}: "
-                       f"{bounded.note}")
-    if tails:
-        note += f"; with partial tails on: {bounded.note}"
-    else:
-        note += ("; and within the bounded scope of the other 0.33.0 verdicts "
-                 f"({bounded.note.removeprefix('bounded scope: ')})")
-    return Verdict("PROVED", time.monotonic() - t0, note=note, scope=scope,
-                   tails_bounded=SCOPE.words() if tails else None)
+                       f"{note}; but partial tails on: {bounded.note}")
+    return Verdict("PROVED", time.monotonic() - t0,
+                   note=f"{note}; with partial tails on: {bounded.note}", scope=scope,
+                   tails_bounded=SCOPE.words())
 
 
-def _with_tails(thm: str, sem: Semantics, assumed: Sequence[str], t0: float,
-                timeout_ms: int) -> Verdict:
+def _with_tails(thm: str, t0: float) -> Verdict:
     """The verdict when the tails-off and the tail layered proofs both close: every
-    layout 0.33.0 accepts, partial tails on or off. ``termination`` still runs the
-    bounded check: the bounded verdicts of the other theorems rest on its pass bound."""
-    from proofs import check_v033
+    layout 0.33.0 accepts, partial tails on or off."""
     from proofs.check import Verdict
 
     words = tail_layers_v033.SCOPE_WORDS
     note = ("layered proof (proofs/layers_v033.py: the complete chunks; "
             f"proofs/tail_layers_v033.py: the partial tail): {words}")
-    if thm != "termination":
-        return Verdict("PROVED", time.monotonic() - t0, note=note, scope=words)
-    left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
-    bounded = check_v033.check(thm, sem.name, assumed, left)
-    if bounded.status != "PROVED":
-        return Verdict(bounded.status, time.monotonic() - t0, bounded.counterexample,
-                       f"{note}; but the pass bound: {bounded.note}")
-    note += ("; and within the bounded scope of the other 0.33.0 verdicts "
-             f"({bounded.note.removeprefix('bounded scope: ')})")
     return Verdict("PROVED", time.monotonic() - t0, note=note, scope=words)
