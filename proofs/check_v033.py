@@ -407,7 +407,6 @@ def check(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 300
     sem = get_semantics(sem_name)
     t0 = time.monotonic()
     v = counterexample(thm, sem, assumed, timeout_ms, scope, tails_only)
-    over = "the layouts with partial tails on" if tails_only else "every layout"
     ends = f"every run ends within {scope.passes} passes"
     if thm != "termination":
         ends = f"runs that end within {scope.passes} passes"
@@ -416,11 +415,10 @@ def check(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 300
         bound = pass_bound(sem, left, scope, tails_only)
         if bound.status != "PROVED":
             v = Verdict33("UNKNOWN", v.seconds, None,
-                          f"no counterexample, but the pass bound over {over} of the scope "
-                          f"is not proved (termination: {bound.status} {bound.note})")
+                          "no counterexample, but the pass bound over the same layouts is "
+                          f"not proved (termination: {bound.status} {bound.note})")
         else:
-            ends += (f", and termination over {over} of the scope proves every run ends "
-                     "within them")
+            ends += " (termination over the same layouts: every run ends within them)"
     cost = ("valid hits: complete chunks by 0.33.0's rules (model/maximality_v033.py); a "
             "maximality failure costs hit tokens (recomputed on the GPU), not correctness"
             if thm == "maximality" else "")
