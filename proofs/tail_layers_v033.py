@@ -578,7 +578,7 @@ def layouts_query(assumed: Sequence[str] = ()) -> list[z3.BoolRef]:
                    + [z3.Not(goal)])
 
 
-def maximality_query(kind: str, tail: bool) -> list[z3.BoolRef]:
+def maximality_query(kind: str, tail: bool, negated: bool = True) -> list[z3.BoolRef]:
     """maximality for a group of ``kind`` of an unknown layout with partial tails on and
     a valid hit ``h*`` (``proofs.maximality_layers_v033.valid_hit``, the rules of the
     whole request and this group's): the complete-chunk loop ends as the tails-off
@@ -586,7 +586,8 @@ def maximality_query(kind: str, tail: bool) -> list[z3.BoolRef]:
     deferral or max_hit_size_tokens at or above the valid hit's end), so a complete hit
     the tail phase keeps is at least ``h*``; a partial-tail hit (``tail``) ends past the
     complete boundary (the search's summary), so it is longer still. The answer's
-    violation is the theorem's (``maximality_layers_v033.violates``)."""
+    violation is the theorem's (``maximality_layers_v033.violates``). ``negated`` False:
+    the premises alone (tests see them hold)."""
     from proofs import maximality_layers_v033 as MX
 
     enc, tc, premises = _setup((kind,))
@@ -605,7 +606,8 @@ def maximality_query(kind: str, tail: bool) -> list[z3.BoolRef]:
              MX.loop_done(st.halted, st.defer, st.m, c.computed + h),
              bridge_summary(pro, missed),
              scan_summary(pro, mbp, z3.Bool("bridge_pending"), scan)]
-    goal = [a.tail if tail else z3.Not(a.tail), MX.violates(a.deferred, a.hit, h)]
+    goal = [a.tail if tail else z3.Not(a.tail)]
+    goal += [MX.violates(a.deferred, a.hit, h)] if negated else [TV.active(a)]
     return _finish(enc, premises + env + facts + goal)
 
 
