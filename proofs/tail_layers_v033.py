@@ -22,6 +22,18 @@ Layers:
   the tails-off answer's, which ``proofs.layers_v033`` proves free of them for every
   layout its start-up accepts (which the layouts with partial tails on are:
   ``layouts_query``).
+* whole-blocks (``tail_v033.violates_whole_blocks``): a partial-tail hit ends inside a
+  block by design, so only the complete-chunk answer counts, which is the tails-off
+  answer (above); every layout with partial tails on keeps full-chunk-within-windowed
+  (every chunk is one block: ``layouts_query``, ``TAILS_KEEP``).
+* maximality (``maximality_query``): the complete-chunk loop ends as the tails-off
+  maximality proof's obligations leave it (``maximality_layers_v033.loop_done``: a
+  deferral or max_hit_size_tokens at or above a valid hit's end), so the complete hit the
+  tail phase keeps is at least every valid hit, and a partial-tail hit ends past the
+  complete boundary (the search's summary), so it is longer still; the tail phase never
+  turns a non-deferred complete answer into a shorter one. no-eagle and
+  caps-reach-prompt are not kept by every layout with partial tails on (EAGLE groups
+  are allowed): ``layouts_query`` takes them as premises, as the theorem does.
 * What other modules prove is read from their definitions, not restated: the
   complete-chunk loop's end is ``proofs.abstract_v033.summary`` (``loop_end``), the
   tails-off loads-stored-only is ``turn_v033``'s violation negated (``load_ok``), and
