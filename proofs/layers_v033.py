@@ -475,24 +475,27 @@ def witness(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 
                                note=f"witness not reproduced by model/ (hit {o.hit_tokens}, "
                                     f"Z3 {z_hit}; refused: {o.refused}): encoding bug")
             w = Witness(True, time.monotonic() - t0, scen, z_hit)
-            return _tail_witness(thm, sem, w, deadline)
+            return _tail_witness(thm, sem, assumed, w, deadline)
     return Witness(False, time.monotonic() - t0,
                    note="no run with a non-zero hit and a Mamba load satisfies the layered "
                         "proof's premises (small layouts): the proof may be vacuous")
 
 
-def _tail_witness(thm: str, sem: Semantics, w: Witness, deadline: float) -> Witness:
+def _tail_witness(thm: str, sem: Semantics, assumed: Sequence[str], w: Witness,
+                  deadline: float) -> Witness:
     """With the tail proof covering ``thm``: its premises too must admit a run, with a
-    partial-tail hit that restores a Mamba state (``tail_layers_v033.witness``)."""
+    partial-tail hit that restores a Mamba state (``tail_layers_v033.witness``; for
+    maximality with a valid hit too)."""
     if not tail_layers_v033.covers(thm):
         return w
     left = max(1000, int((deadline - time.monotonic()) * 1000))
-    tw = tail_layers_v033.witness(sem, left)
+    tw = tail_layers_v033.witness(sem, left, thm, assumed)
     if not tw.found:
         return replace(tw, seconds=w.seconds + tw.seconds)
+    valid = "" if tw.valid_hit is None else f" beside a valid hit of {tw.valid_hit}"
     return replace(w, seconds=w.seconds + tw.seconds,
-                   note=f"With partial tails on, a partial-tail hit of {tw.hit} that "
-                        "restores a Mamba state, replayed through model/ (`"
+                   note=f"With partial tails on, a partial-tail hit of {tw.hit}{valid} "
+                        "that restores a Mamba state, replayed through model/ (`"
                         f"{json.dumps(tw.scenario, sort_keys=True)}`).")
 
 
