@@ -523,9 +523,9 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
         return _with_tails(thm, t0)
     left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
     bounded = check_v033.check(thm, sem.name, assumed, left, tails_only=True)
-    # why a bound remains for partial tails on: the tail proof does not cover the theorem
-    why = ("bounded because the layered tail proof (proofs/tail_layers_v033.py) covers "
-           f"only {', '.join(tail_layers_v033.COVERED)}")
+    # why a bound remains for partial tails on: the tail proof did not close
+    why = ("bounded because the layered tail proof (proofs/tail_layers_v033.py) did not "
+           f"close: {tail_status[0]}, {tail_status[1]}")
     scope = (f"{SCOPE_WORDS}; with partial tails on ({why}), within the bounded scope of "
              f"proofs/encoding_v033.py ({SCOPE.words()})")
     where = ("proofs/maximality_layers_v033.py" if thm == "maximality"
