@@ -86,8 +86,23 @@ def new_solver() -> z3.Solver:
     return z3.Then(*SOLVER).solver()
 
 
-def _solve(cons: Sequence[z3.BoolRef], timeout_ms: int) -> tuple[z3.CheckSatResult, z3.Solver]:
-    s = new_solver()
+# the counterexample search's unrolled queries (bmc, then pinning on the same solver):
+# also lift the If-terms out of the arithmetic, then z3's older simplex arithmetic solver,
+# as proofs/check_v033.new_solver does. On the older family's bmc queries (24 pairs and
+# the necessity checks, 316 queries) 6.06 -> 4.56 s CPU, every answer the same
+# (bench/compare_solvers_older.py); on the layered proof's queries it is far slower (9 of
+# the unsat answers of a 1-in-12 sample became unknown at 1.5 s), so prove keeps SOLVER
+BMC_SOLVER: tuple[str | z3.Tactic, ...] = ("simplify", "propagate-values", "solve-eqs",
+                                           "elim-term-ite")
+
+
+def new_bmc_solver() -> z3.Solver:
+    return z3.Then(*BMC_SOLVER, z3.With("smt", **{"arith.solver": 2})).solver()
+
+
+def _solve(cons: Sequence[z3.BoolRef], timeout_ms: int,
+           make: Callable[[], z3.Solver] = new_solver) -> tuple[z3.CheckSatResult, z3.Solver]:
+    s = make()
     s.set("timeout", max(1, timeout_ms))
     s.add(*cons)
     return s.check(), s
@@ -363,7 +378,7 @@ def bmc(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int,
         premises.append(p.cfg.factor == sizes[1])
     if extra is not None:
         premises += extra(p.cfg)
-    res, solver = _solve([*premises, *u.query, *u.cons], timeout_ms)
+    res, solver = _solve([*premises, *u.query, *u.cons], timeout_ms, new_bmc_solver)
     return res, p, (solver if res == z3.sat else None)
 
 
