@@ -48,7 +48,10 @@ def _check(q: list[z3.BoolRef]) -> z3.CheckSatResult:
     return s.check()
 
 
-@pytest.mark.parametrize("thm", [t for t in L.COVERED if t != "loads-stored-only"])
+# loads-stored-only: slow below; whole-blocks and maximality share these lemmas and loops,
+# their own queries: test_tail_queries_with_preconditions_are_proved
+@pytest.mark.parametrize("thm", [t for t in L.COVERED if t not in (
+    "loads-stored-only", "whole-blocks", "maximality")])
 def test_tail_queries_are_proved(thm: str) -> None:
     for name, build in L.proof_queries(thm):
         assert _check(build()) == z3.unsat, name
@@ -262,6 +265,9 @@ SABOTAGES = {
     "eagle-hash-cap": ("    mb = z3.If(tc.margin_on, zmin(mb, hashed - tph), mb)", ""),
     # scheduler.py:1150: a pending key defers a request with no complete hit
     "deferral": ("z3.And(z3.Not(tail), st.pending, complete_hit == 0)", "z3.BoolVal(False)"),
+    # model/invariants.py whole_blocks: a partial-tail hit ends inside a block by design
+    "whole-blocks-tail": ("z3.And(active(a), z3.Not(a.tail), a.hit < tc.block)",
+                          "z3.And(active(a), a.hit < tc.block)"),
 }
 
 
@@ -308,10 +314,11 @@ def test_tail_v033_conforms_to_model_many() -> None:
 
 
 # what the conformance check reports for a sabotage (default: a different hit)
-MISMATCH = {"eagle-hash-cap": "encoding: a partial-tail key past the request's hashes"}
+MISMATCH = {"eagle-hash-cap": "encoding: a partial-tail key past the request's hashes",
+            "whole-blocks-tail": "violations"}
 
 # the default suite runs four (a second); -m slow the others
-QUICK = ("bridge-miss", "deferral", "eagle-hash-cap", "new-tokens-cap")
+QUICK = ("bridge-miss", "deferral", "eagle-hash-cap", "new-tokens-cap", "whole-blocks-tail")
 
 
 @pytest.mark.parametrize("name", [n if n in QUICK else pytest.param(n, marks=pytest.mark.slow)
@@ -350,7 +357,7 @@ def test_weakened_key_lemma_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("thm", ["no-partial-state", "leaves-last-token",
-                                 "loads-stored-only"])
+                                 "loads-stored-only", "whole-blocks", "maximality"])
 def test_check_routes_tails_through_the_layered_proof(thm: str) -> None:
     """``proofs.check`` answers the 0.33.0 rows from both layered proofs: the scope says
     partial tails on or off, and no bounded scope is left."""
@@ -359,6 +366,7 @@ def test_check_routes_tails_through_the_layered_proof(thm: str) -> None:
     v = check(thm, "vllm-0.33.0", 300_000)
     assert v.status == "PROVED", v.note
     assert v.scope is not None and "partial tails on or off" in v.scope
+    assert v.tails_bounded is None
     o = evaluate(parse_scenario(L.witness(get_semantics("vllm-0.33.0")).scenario or {}))
     assert o.tail_boundary is not None and not o.violations
     assert "bounded" not in v.note and "tail_layers_v033" in v.note
@@ -390,3 +398,87 @@ def test_confirmed_hits_kept_needs_own_entry(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(tail_v033, "hit_ends_after", every)
     assert _check(L.confirmed_hits_kept_query("full_attention", sem)) == z3.sat
+
+
+# --- whole-blocks and maximality with partial tails on -----------------------------------
+
+PRE = {"whole-blocks": ("full-chunk-within-windowed",),
+       "maximality": ("no-eagle", "caps-reach-prompt")}
+
+
+@pytest.mark.parametrize("thm", sorted(PRE))
+def test_tail_queries_with_preconditions_are_proved(thm: str) -> None:
+    """Their answer queries and the layouts query under the theorem's preconditions (the
+    lemmas and loops are the other theorems': ``test_tail_queries_are_proved``)."""
+    sem = get_semantics("vllm-0.33.0")
+    for name, build in L.proof_queries(thm, sem, PRE[thm]):
+        if name.startswith(("layouts", thm)):
+            assert _check(build()) == z3.unsat, name
+
+
+def test_tail_maximality_premises_hold() -> None:
+    for kind in (tail_v033.FA, tail_v033.MAMBA):
+        for tail in (True, False):
+            assert _check(L.maximality_query(kind, tail, negated=False)) == z3.sat
+
+
+def test_tail_maximality_needs_the_loop_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without what the tails-off maximality loop leaves (a deferral or
+    max_hit_size_tokens at or above the valid hit) neither answer is maximal."""
+    from proofs import maximality_layers_v033 as MX
+
+    monkeypatch.setattr(MX, "loop_done", lambda halted, defer, m, c: z3.BoolVal(True))
+    for tail in (True, False):
+        assert _check(L.maximality_query("mamba", tail)) == z3.sat, tail
+
+
+def test_tail_maximality_needs_the_search_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search summary that forgets the boundary is past the complete boundary lets a
+    partial-tail hit fall below the complete (so below a valid) hit."""
+    assert _check(L.maximality_query("full_attention", True)) == z3.unsat
+
+    def weak(pro: Any, mbp: Any, bp: Any, st: Any) -> z3.BoolRef:
+        return z3.Implies(st.found, st.chosen <= mbp)
+
+    monkeypatch.setattr(L, "scan_summary", weak)
+    assert _check(L.maximality_query("full_attention", True)) == z3.sat
+
+
+def test_tail_layouts_take_no_eagle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Layouts with partial tails on may have EAGLE groups: the tails-off maximality proof
+    covers them only with no-eagle taken as a premise (a layouts query that claimed every
+    such layout keeps it turns red); the preconditions they do keep are shown, not
+    taken."""
+    pre = PRE["maximality"]
+    assert _check(L.layouts_query(pre)) == z3.unsat
+    monkeypatch.setattr(L, "TAILS_KEEP", (*L.TAILS_KEEP, "no-eagle"))
+    assert _check(L.layouts_query(pre)) == z3.sat
+
+
+def test_whole_blocks_tail_hit_is_excluded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partial-tail hit ends inside a block by design: counted as a violation (the
+    sabotage), the tail query turns red."""
+    q = L.final_query("whole-blocks", "mamba", True)
+    assert _check(q) == z3.unsat
+    monkeypatch.setitem(tail_v033.VIOLATIONS, "whole-blocks",
+                        lambda enc, tc, a: z3.And(tail_v033.active(a), a.hit < tc.block))
+    assert _check(L.final_query("whole-blocks", "mamba", True)) == z3.sat
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("semantics", SEMANTICS)
+@pytest.mark.parametrize("thm", sorted(PRE))
+def test_tail_witness_with_preconditions(thm: str, semantics: str) -> None:
+    """whole-blocks' and maximality's premises with partial tails on admit a partial-tail
+    hit that restores a Mamba state (maximality: beside a valid hit, no EAGLE group)."""
+    pre = ("no-eagle",) if semantics == "alt-v033-cap-min" and thm == "maximality" \
+        else PRE[thm]
+    w = L.witness(get_semantics(semantics), 60_000, thm, pre)
+    assert w.found, w.note
+    assert w.scenario is not None
+    s = parse_scenario(w.scenario)
+    o = evaluate(s)
+    assert o.tail_boundary is not None and o.hit_tokens == w.hit
+    if thm == "maximality":
+        assert w.valid_hit is not None and 1 <= w.valid_hit <= w.hit
+        assert not any(g.eagle for g in s.groups)
