@@ -260,7 +260,7 @@ def load_results(directory: Path) -> Results:
 # simulator are deterministic), with its CPU seconds (measured; for the run's scheduler)
 FACT_PARTS: dict[str, float] = {
     "seed_counterexample": 0.5, "alt_round_num_hit_counterexample": 0.5,
-    **{f"sim:{label}:{sem}": 1.8 for label in ("chat", "chat-hybrid") for sem in SIM_SEMANTICS},
+    **{f"sim:{label}:{sem}": 1.6 for label in ("chat", "chat-hybrid") for sem in SIM_SEMANTICS},
     "rerun": 0.2}
 SIM_LABELS = {"chat": 0, "chat-hybrid": 1}  # label -> attention groups
 
