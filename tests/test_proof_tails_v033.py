@@ -16,10 +16,7 @@ exact unbounded steps (``proofs/tail_v033.py``) are pinned to ``model/lookup_v03
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import random
-import sys
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -36,9 +33,9 @@ from model.semantics import get_semantics
 from proofs import tail_layers_v033 as L
 from proofs import tail_v033
 from proofs.conformance_tail_v033 import encode_scenario, in_scope
-
-SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
-             "alt-v033-cap-min")
+from tests import gen_v033 as gen
+from tests.gen_v033 import SEMANTICS
+from tests.sabotage import sabotaged_copy
 
 
 def _check(q: list[z3.BoolRef]) -> z3.CheckSatResult:
@@ -151,70 +148,8 @@ def test_real_partial_tail_layouts_are_instances() -> None:
 # --- conformance of the tail encoding to model/ -------------------------------------------
 
 
-def _some(rng: random.Random, n: int, p: float) -> list[int]:
-    return [i for i in range(n) if rng.random() < p]
-
-
-def scenario_dict(rng: random.Random, semantics: str) -> dict[str, Any]:
-    """A request on a layout with partial tails on: 2-4 full-attention and Mamba align
-    groups of one block size, a hash a half to a quarter of it; each group holds its keys
-    up to a random hash position (often a shared one), a few more and fewer."""
-    n = rng.randint(2, 4)
-    kinds = ["mamba"] + [rng.choice(("full_attention", "mamba")) for _ in range(n - 1)]
-    rng.shuffle(kinds)
-    tph = rng.choice((1, 1, 2))
-    block = tph * rng.randint(2, 4)
-    prompt = rng.randint(1, 4 * block)
-    computed = 0
-    if prompt > block and rng.random() < 0.3:
-        computed = block * rng.randint(0, (prompt - 1) // block)
-    shared = rng.randint(0, prompt // tph) * tph
-    chunks = prompt // block
-    edges = [p for p in range(tph, prompt + 1, tph) if p % block]
-    groups = []
-    for kind in kinds:
-        upto = shared if rng.random() < 0.6 else rng.randint(0, prompt // tph) * tph
-        g: dict[str, Any] = {"kind": kind, "gpu_block_size": block, "stored": [
-            i for i in range(chunks) if (i + 1) * block <= upto or rng.random() < 0.1]}
-        tails = [p for p in edges if (p <= upto and rng.random() < 0.9) or rng.random() < 0.1]
-        if tails:
-            g["stored_tails"] = tails
-            if rng.random() < 0.2:
-                g["pending_tails"] = rng.sample(tails, 1)
-        if edges and rng.random() < 0.1:
-            g["deferred_tails"] = rng.sample(edges, 1)
-        if kind == "mamba":
-            g["mamba_cache_mode"] = "align"
-        if rng.random() < 0.3:
-            g["eagle"] = True
-        for name, p in (("pending", 0.1), ("deferred", 0.05), ("being_loaded", 0.1)):
-            picked = _some(rng, chunks, p) if rng.random() < 0.3 else []
-            if picked:
-                g[name] = picked
-        groups.append(g)
-    out: dict[str, Any] = {"semantics": semantics, "block_size_factor": 1,
-                           "hash_block_size": tph, "prompt_tokens": prompt,
-                           "num_computed_tokens": computed, "groups": groups}
-    if rng.random() < 0.04:
-        out["skip_reading_prefix_cache"] = True
-        out["num_computed_tokens"] = 0
-    if rng.random() < 0.04:
-        out["in_flight_transfers"] = True
-    if rng.random() < 0.2:
-        out["max_num_new_tokens"] = rng.randint(0, prompt)
-    if rng.random() < 0.2:
-        out["max_load_tokens"] = rng.randint(0, prompt)
-    return out
-
-
 def scenarios(count: int, seed: int = 0) -> list[Scenario]:
-    rng = random.Random(seed)
-    out: list[Scenario] = []
-    while len(out) < count:
-        s = parse_scenario(scenario_dict(rng, SEMANTICS[len(out) % len(SEMANTICS)]))
-        if in_scope(s) and evaluate(s).refused is None:
-            out.append(s)
-    return out
+    return gen.scenarios(gen.tail_groups_dict, in_scope, count, seed)
 
 
 def conforms(s: Scenario, mod: ModuleType = tail_v033, seen: Counter[str] | None = None
@@ -273,19 +208,7 @@ SABOTAGES = {
 
 def sabotaged(name: str) -> ModuleType:
     """A copy of proofs/tail_v033.py with one step removed, loaded in-process."""
-    old, new = SABOTAGES[name]
-    source = Path(tail_v033.__file__).read_text()
-    assert source.count(old) == 1, f"sabotage {name}: the step is no longer written as {old!r}"
-    spec = importlib.util.spec_from_loader(f"sabotaged_tail_{name.replace('-', '_')}",
-                                           loader=None)
-    assert spec is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    try:
-        exec(compile(source.replace(old, new), f"<{name}>", "exec"), mod.__dict__)
-    finally:
-        del sys.modules[spec.name]
-    return mod
+    return sabotaged_copy(tail_v033, *SABOTAGES[name], f"tail-{name}")
 
 
 EXAMPLES = 3  # the default suite: about a second
@@ -293,12 +216,8 @@ MANY = 300  # -m conformance (.ci/run)
 
 
 def _run(count: int, least: int, seed: int = 0) -> Counter[str]:
-    seen: Counter[str] = Counter()
-    for s in scenarios(count, seed):
-        conforms(s, seen=seen)
-    for what in ("tail hit", "EAGLE margin", "several Mamba groups"):
-        assert seen[what] >= least, f"{what}: only {seen[what]}: {seen}"
-    return seen
+    return gen.tally(scenarios(count, seed), conforms,
+                     ("tail hit", "EAGLE margin", "several Mamba groups"), least)
 
 
 def test_tail_v033_conforms_to_model() -> None:
