@@ -49,19 +49,31 @@ class Row:
     @property
     def accepted_matches(self) -> bool:
         v = self.accepted if self.accepted is not None else self.verdict
-        return _as_expected(v, self.accepted_expected)
+        return _as_expected(v, self.accepted_expected, self.semantics)
 
     @property
     def matches(self) -> bool:
-        ok = _as_expected(self.verdict, self.expected) and self.accepted_matches
+        ok = _as_expected(self.verdict, self.expected, self.semantics) and self.accepted_matches
         if self.verdict.status == "PROVED" and not (self.witness and self.witness.found):
             return False  # a proof without a witness may be vacuous
         # a precondition is shown necessary only by a counterexample when it is dropped
         return ok and all(n.status == "COUNTEREXAMPLE" for n in self.necessity)
 
 
-def _as_expected(v: Verdict, expected: str) -> bool:
-    return v.status == ("PROVED" if expected == "holds" else "COUNTEREXAMPLE")
+def _as_expected(v: Verdict, expected: str, semantics: str) -> bool:
+    """``holds`` asks for a proof over every layout the release accepts: a PROVED that
+    holds only within a bounded scope (the bounded encoding, or a layered proof whose
+    partial-tail layouts fell back to it, e.g. a layered query out of time on a loaded
+    machine) does not match it, so a weaker claim cannot pass unnoticed."""
+    if expected != "holds":
+        return v.status == "COUNTEREXAMPLE"
+    return v.status == "PROVED" and not _bounded(semantics, v)
+
+
+def _bounded(semantics: str, v: Verdict) -> bool:
+    """Whether ``v`` holds only within a bounded scope (``_scope``)."""
+    return v.tails_bounded is not None or (
+        get_semantics(semantics).chunked and v.scope is None)
 
 
 # the releases whose guarantees the preconditions state
