@@ -125,3 +125,24 @@ def test_every_bounded_proof_in_the_report_names_its_pass_bound() -> None:
     for r in bounded:
         assert "(termination over the same layouts: every run ends within them)" in \
             r["note"], (r["theorem"], r["semantics"])
+
+
+def test_a_bounded_proof_does_not_match_holds() -> None:
+    """``holds`` asks for every layout the release accepts: a 0.33.0 PROVED from the
+    bounded encoding (no layered scope) or with its partial-tail layouts bounded does
+    not match it (e.g. a layered query out of time on a loaded machine falls back to the
+    bounded check), while the layered verdict and an older release's proof do."""
+    from proofs.check import Verdict
+    from proofs.report import Row
+    from proofs.witness import Witness
+
+    found = Witness(True, 0.0)
+    every = Verdict("PROVED", 0.0, scope="every layout 0.33.0 accepts")
+    assert Row("termination", "vllm-0.33.0", every, "holds", (), found).matches
+    assert Row("termination", "vllm-0.24.0", Verdict("PROVED", 0.0), "holds", (),
+               found).matches
+    for weaker in (Verdict("PROVED", 0.0),
+                   Verdict("PROVED", 0.0, scope="every layout; tails bounded",
+                           tails_bounded="up to 3 groups")):
+        row = Row("termination", "vllm-0.33.0", weaker, "holds", (), found)
+        assert not row.matches
