@@ -352,6 +352,11 @@ def prove(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
     return "PROVED", "", time.monotonic() - t0
 
 
+def new_solver() -> z3.Solver:
+    """The solver ``ask_unsat`` asks."""
+    return z3.Solver()
+
+
 def ask_unsat(name: str, q: list[z3.BoolRef], t0: float, deadline: float
               ) -> tuple[str, str, float] | None:
     """None when query ``name`` is unsatisfiable (proved now, or its text proved before in
@@ -362,7 +367,7 @@ def ask_unsat(name: str, q: list[z3.BoolRef], t0: float, deadline: float
     left = int((deadline - time.monotonic()) * 1000)
     if left <= 0:
         return "UNKNOWN", f"{name}: out of time", time.monotonic() - t0
-    s = z3.Solver()
+    s = new_solver()
     s.set("timeout", left)
     s.add(*q)
     res = s.check()
