@@ -138,28 +138,9 @@ def real_layouts(per_layout: int, seed: int, out: Path | None = None
 
 
 def generated(n: int, seed: int) -> dict[str, Tally]:
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hseed
+    from sim.crosscheck.gen import distinct
 
-    from sim.crosscheck.gen import scenarios
-
-    seen: set[str] = set()
-    drawn: list[Scenario] = []
-    for batch in range(100):
-        if len(drawn) >= n:
-            break
-
-        @settings(max_examples=max(50, (n - len(drawn)) * 3 // 2), deadline=None,
-                  database=None, suppress_health_check=list(HealthCheck),
-                  phases=[Phase.generate])
-        @given(scenarios(STOCK))
-        def prop(s: Scenario) -> None:
-            key = json.dumps(scenario_to_json(s), sort_keys=True)
-            if len(drawn) < n and key not in seen:
-                seen.add(key)
-                drawn.append(s)
-
-        hseed(seed + batch)(prop)()
+    drawn = distinct(STOCK, n, seed)
     families = {"generated, divisible": Tally(), "generated, not divisible": Tally()}
     for s in drawn:
         o = evaluate(s, STOCK)

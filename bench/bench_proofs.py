@@ -10,7 +10,9 @@ committed code, exported with ``git archive`` into a temporary directory):
 * the main theorem alone: ``python -m proofs --theorem no-partial-state --semantics
   vllm-0.24.0 --no-necessity`` (target 2 s), and the seconds the full run's report gives
   it;
-* the full main job, ``python -m proofs --report DIR`` (target 30 s on a 2-core machine).
+* the full main job, ``python -m proofs --report DIR`` (target 30 s on a 2-core machine),
+  and where its time went (the run's own ``time:`` lines on stderr: CPU per group of pairs,
+  the spec's facts, the pages, the pictures).
 
 Each figure is wall time, the CPU time of the child processes and the 1-minute load
 average at its start and end (on a shared machine the wall time grows with the load; the
@@ -43,23 +45,26 @@ class Timing:
     cpu: float
     rc: int
     load: tuple[float, float]  # 1-minute load average at the start and at the end
+    where: tuple[str, ...] = ()  # the run's own "time:" lines (where its time went)
 
 
 def _run(tree: Path, args: list[str], timeout: float) -> Timing:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
+    err = ""
     try:
-        rc = subprocess.run([sys.executable, "-m", "proofs", *args], cwd=tree,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            timeout=timeout, env={**os.environ, "PYTHONPATH": str(tree)}
-                            ).returncode
+        done = subprocess.run([sys.executable, "-m", "proofs", *args], cwd=tree,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              timeout=timeout, env={**os.environ, "PYTHONPATH": str(tree)})
+        rc, err = done.returncode, done.stderr
     except subprocess.TimeoutExpired:
         rc = 124
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Timing(wall, cpu, rc, (load0, os.getloadavg()[0]))
+    where = tuple(line[len("time:"):] for line in err.splitlines() if line.startswith("time:"))
+    return Timing(wall, cpu, rc, (load0, os.getloadavg()[0]), where)
 
 
 def _main_in_report(report: Path) -> float | None:
@@ -78,7 +83,8 @@ def measure(tree: Path, jobs: int, timeout: float, semantics: list[str] | None =
     out = Path(tempfile.mkdtemp(prefix="bench-full-"))
     part = [] if semantics is None else ["--semantics", *semantics]
     full = _run(tree, ["--report", str(out), "--jobs", str(jobs), *part], timeout)
-    return {"main_alone": alone, "full": full, "main_in_full": _main_in_report(out)}
+    return {"main_alone": alone, "full": full, "main_in_full": _main_in_report(out),
+            "report": out}
 
 
 def export(rev: str) -> Path:
@@ -146,7 +152,12 @@ def main() -> int:
         what = "full" if args.semantics is None else f"--semantics {' '.join(args.semantics)}"
         target = (f" (target {TARGET_TOTAL_S:.0f}s, ratio {full.wall / TARGET_TOTAL_S:.1f})"
                   if args.semantics is None else "")
-        print(f"  {what} python -m proofs: {_fmt(full)}{target}", flush=True)
+        print(f"  {what} python -m proofs: {_fmt(full)}{target}; report in {r['report']}",
+              flush=True)
+        # where the run's time went, as the run itself measured it (pairs per theorem and
+        # family, the spec's facts, the pages, the pictures); older versions print nothing
+        for line in full.where or ("  (the run does not say where its time went)",):
+            print(f"    {line}", flush=True)
         results.append((label, alone, full, in_full_s))
     run = "full" if args.semantics is None else "part"
     if len(results) > 1:  # side by side

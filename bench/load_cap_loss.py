@@ -21,7 +21,7 @@ prompt, GPU hit, stored prefix, a few evicted keys) with a ``max_load_tokens`` d
 boundary of every group, the kind that loses a chunk), the hits of 0.33.0 and of the
 fix side by side: how often the fix raises or lowers the hit and by how many tokens.
 Deterministic (seeded per row). ``--generated N``: N scenarios of the layered proof's
-conformance generator (``tests/test_proof_layers_v033.scenario_dict``, seed 3: any layout
+conformance generator (``tests/gen_v033.chunk_dict`` with ``LAYERS``, seed 3: any layout
 of up to 4 groups, HIT_PENDING / RETRY answers, EAGLE), a cap forced on each, stock vs fix
 split by EAGLE. Exit 0 (it measures).
 """
@@ -126,13 +126,13 @@ def random_stores(per_row: int) -> dict[str, dict[str, int]]:
 
 def generated(n: int) -> dict[str, dict[str, int]]:
     """Stock vs fix on the layered test's generator, a cap on each (EAGLE or not)."""
-    from tests.test_proof_layers_v033 import scenario_dict
+    from tests.gen_v033 import LAYERS, chunk_dict
 
     rng = random.Random(SEED)
     out: dict[str, dict[str, int]] = {}
     done = 0
     while done < n:
-        raw = scenario_dict(rng, STOCK)
+        raw = chunk_dict(rng, STOCK, LAYERS)
         if "max_load_tokens" not in raw and "max_num_new_tokens" not in raw:
             raw["max_load_tokens"] = rng.randint(0, raw["prompt_tokens"])
         s = parse_scenario(raw)

@@ -38,8 +38,9 @@ before the prompt (``caps-reach-prompt``: such a cap still loses the last-token 
 :876). Complete chunks only: a partial-tail hit
 (``_lookup_partial_tail``, :1160) ends inside a chunk and is not a valid hit here; with
 tails on the lookup answers its complete-chunk hit, a longer partial-tail hit (:1139) or
-a deferral (:1150), and the proofs' partial-tail templates (``proofs.encoding_v033.
-Scope``) check that hit, when not deferred, against the valid complete-chunk hits.
+a deferral (:1150), and the proofs check that hit, when not deferred, against the valid
+complete-chunk hits (``proofs.tail_layers_v033.maximality_query``; the bounded
+counterexample search: ``proofs.encoding_v033.Scope``'s partial-tail templates).
 
 The Z3 twin is ``proofs.encoding_v033.valid_hit``; ``tests/test_maximality_v033.py``
 pins the two together. Each rule is one entry of ``RULES`` so that a test can drop it.

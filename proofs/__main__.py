@@ -9,17 +9,20 @@ result matches its declared expectation (and every precondition is shown necessa
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import sys
 import time
 import traceback
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from model.args import OneLineParser, bounded_float, bounded_int, output_dir
 from model.semantics import MODEL_SEMANTICS as SEMANTICS
 from proofs.publish import publish, publish_failed, staging, stamp
-from proofs.report import run_all, write_report
-from proofs.spec import collect_facts, write_spec
+from proofs.report import Drawing, Side, draw_all, run_all, write_report
+from proofs.spec import FACT_PARTS, collect_facts, fact_part, write_spec
 from proofs.theorems import THEOREMS
 
 
@@ -74,13 +77,29 @@ def main(argv: list[str] | None = None) -> int:
     scope = (f"theorems: {'all' if set(args.theorem) == set(THEOREMS) else ', '.join(args.theorem)}"
              f"; semantics: {', '.join(args.semantics)}")
     tmp: Path | None = None
+    # one pool for the whole run: the pairs, the spec's facts beside them (the Z3 searches
+    # first, in fresh processes; the simulator's runs where the schedule puts them) and
+    # then every picture of the report and the spec at once
+    pool = multiprocessing.Pool(args.jobs) if args.jobs > 1 else None
     try:
         tmp = staging(out)
+        side = [Side(name, fact_part, (name,), seconds, first=not name.startswith("sim:"))
+                for name, seconds in FACT_PARTS.items()] if full and pool is not None else []
+        facts: dict[str, Any] = {}
+        cpu: dict[str, float] = {}
+        t1 = time.monotonic()
         rows = run_all(args.theorem, args.semantics, args.timeout, not args.no_necessity,
-                       args.jobs)
-        write_report(rows, tmp, args.jobs)
+                       args.jobs, pool, side, facts, cpu)
+        t2 = time.monotonic()
+        drawings: list[Drawing] = []
+        write_report(rows, tmp, args.jobs, drawings)
         if full:
-            write_spec(tmp, collect_facts(), args.jobs)  # the reviewers' spec, its pages
+            # the reviewers' spec, its pages (facts the pool did not compute: here)
+            write_spec(tmp, collect_facts(facts), args.jobs, drawings)
+        t3 = time.monotonic()
+        cpu["pictures"] = draw_all(drawings, args.jobs, pool)
+        t4 = time.monotonic()
+        _times(cpu, len(drawings), t2 - t1, t3 - t2, t4 - t3)
         bad = [r for r in rows if not r.matches]
         verdict = (f"{'FAIL' if bad else 'PASS'}: {len(rows) - len(bad)} of {len(rows)} "
                    f"results match their expectation ({scope})")
@@ -100,10 +119,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report in {out}/report.md", file=sys.stderr)
         print(verdict)
         return 130 if isinstance(e, KeyboardInterrupt) else (2 if isinstance(e, OSError) else 1)
+    finally:
+        if pool is not None:
+            pool.terminate()
     spec = f", spec in {out}/spec.md" if full else ""
     print(f"{time.monotonic() - t0:.1f}s; report in {out}/report.md{spec}")
     print(verdict)
     return 1 if bad else 0
+
+def _times(cpu: dict[str, float], drawn: int, pairs_s: float, write_s: float,
+           draw_s: float) -> None:
+    """Where the run's time went (stderr, one line each; bench/bench_proofs.py reads the
+    lines starting "time:")."""
+    facts = {k: v for k, v in cpu.items() if k in FACT_PARTS}
+    groups = {k: v for k, v in cpu.items() if k not in FACT_PARTS and k != "pictures"}
+    say = partial(print, file=sys.stderr, flush=True)
+    say(f"time: pairs and facts {pairs_s:.1f}s wall, {sum(groups.values()):.1f}s CPU in "
+        f"the pairs, {sum(facts.values()):.1f}s in the facts")
+    for label, s in sorted(groups.items(), key=lambda x: -x[1]):
+        say(f"time:   {label}: {s:.1f}s CPU")
+    if facts:
+        say(f"time:   facts ({', '.join(facts)}): {sum(facts.values()):.1f}s CPU")
+    say(f"time: report and spec pages {write_s:.1f}s wall (this process)")
+    say(f"time: pictures ({drawn}) {draw_s:.1f}s wall, {cpu['pictures']:.1f}s CPU")
+
 
 if __name__ == "__main__":
     sys.exit(main())

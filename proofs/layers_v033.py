@@ -491,24 +491,27 @@ def witness(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 
                                note=f"witness not reproduced by model/ (hit {o.hit_tokens}, "
                                     f"Z3 {z_hit}; refused: {o.refused}): encoding bug")
             w = Witness(True, time.monotonic() - t0, scen, z_hit)
-            return _tail_witness(thm, sem, w, deadline)
+            return _tail_witness(thm, sem, assumed, w, deadline)
     return Witness(False, time.monotonic() - t0,
                    note="no run with a non-zero hit and a Mamba load satisfies the layered "
                         "proof's premises (small layouts): the proof may be vacuous")
 
 
-def _tail_witness(thm: str, sem: Semantics, w: Witness, deadline: float) -> Witness:
+def _tail_witness(thm: str, sem: Semantics, assumed: Sequence[str], w: Witness,
+                  deadline: float) -> Witness:
     """With the tail proof covering ``thm``: its premises too must admit a run, with a
-    partial-tail hit that restores a Mamba state (``tail_layers_v033.witness``)."""
+    partial-tail hit that restores a Mamba state (``tail_layers_v033.witness``; for
+    maximality with a valid hit too)."""
     if not tail_layers_v033.covers(thm):
         return w
     left = max(1000, int((deadline - time.monotonic()) * 1000))
-    tw = tail_layers_v033.witness(sem, left)
+    tw = tail_layers_v033.witness(sem, left, thm, assumed)
     if not tw.found:
         return replace(tw, seconds=w.seconds + tw.seconds)
+    valid = "" if tw.valid_hit is None else f" beside a valid hit of {tw.valid_hit}"
     return replace(w, seconds=w.seconds + tw.seconds,
-                   note=f"With partial tails on, a partial-tail hit of {tw.hit} that "
-                        "restores a Mamba state, replayed through model/ (`"
+                   note=f"With partial tails on, a partial-tail hit of {tw.hit}{valid} "
+                        "that restores a Mamba state, replayed through model/ (`"
                         f"{json.dumps(tw.scenario, sort_keys=True)}`).")
 
 
@@ -517,9 +520,9 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
     """A verdict from the layered proof (partial tails off) and, for the layouts with
     partial tails on, the layered tail proof (``proofs.tail_layers_v033``) or, where that
     does not close, the bounded check; None when the layered proof does not close (the
-    caller then runs the bounded check, which finds any counterexample).
-    ``termination`` keeps the whole bounded check: the bounded verdicts of the other
-    theorems rest on its bound on the passes."""
+    caller then runs the bounded check, which finds any counterexample). A bounded
+    PROVED verdict with partial tails on carries its own pass bound over the same layouts
+    (``check_v033.check``)."""
     from proofs import check_v033
     from proofs.check import Verdict
     from proofs.encoding_v033 import SCOPE
@@ -533,49 +536,31 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
     tail_status = tail_layers_v033.prove(thm, left // 2, sem, assumed)[:2] if (
         tail_layers_v033.covers(thm)) else ("UNKNOWN", "not covered")
     if tail_status[0] == "PROVED":
-        return _with_tails(thm, sem, assumed, t0, timeout_ms)
+        return _with_tails(thm, t0)
     left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
-    tails = thm != "termination"
-    bounded = check_v033.check(thm, sem.name, assumed, left, tails_only=tails)
-    # why a bound remains for partial tails on: the tail proof does not cover the theorem
-    why = ("bounded because the layered tail proof (proofs/tail_layers_v033.py) covers "
-           f"only {', '.join(tail_layers_v033.COVERED)}")
+    bounded = check_v033.check(thm, sem.name, assumed, left, tails_only=True)
+    # why a bound remains for partial tails on: the tail proof did not close
+    why = ("bounded because the layered tail proof (proofs/tail_layers_v033.py) did not "
+           f"close: {tail_status[0]}, {tail_status[1]}")
     scope = (f"{SCOPE_WORDS}; with partial tails on ({why}), within the bounded scope of "
-             f"proofs/encoding_v033.py ({SCOPE.words()})" if tails else SCOPE_WORDS)
+             f"proofs/encoding_v033.py ({SCOPE.words()})")
     where = ("proofs/maximality_layers_v033.py" if thm == "maximality"
              else "proofs/layers_v033.py")
     note = f"layered proof ({where}): {SCOPE_WORDS}"
     if bounded.status != "PROVED":
         return Verdict(bounded.status, time.monotonic() - t0, bounded.counterexample,
-                       f"{note}; but {'partial tails on' if tails else 'the pass bound'}: "
-                       f"{bounded.note}")
-    if tails:
-        note += f"; with partial tails on: {bounded.note}"
-    else:
-        note += ("; and within the bounded scope of the other 0.33.0 verdicts "
-                 f"({bounded.note.removeprefix('bounded scope: ')})")
-    return Verdict("PROVED", time.monotonic() - t0, note=note, scope=scope,
-                   tails_bounded=SCOPE.words() if tails else None)
+                       f"{note}; but partial tails on: {bounded.note}")
+    return Verdict("PROVED", time.monotonic() - t0,
+                   note=f"{note}; with partial tails on: {bounded.note}", scope=scope,
+                   tails_bounded=SCOPE.words())
 
 
-def _with_tails(thm: str, sem: Semantics, assumed: Sequence[str], t0: float,
-                timeout_ms: int) -> Verdict:
+def _with_tails(thm: str, t0: float) -> Verdict:
     """The verdict when the tails-off and the tail layered proofs both close: every
-    layout 0.33.0 accepts, partial tails on or off. ``termination`` still runs the
-    bounded check: the bounded verdicts of the other theorems rest on its pass bound."""
-    from proofs import check_v033
+    layout 0.33.0 accepts, partial tails on or off."""
     from proofs.check import Verdict
 
     words = tail_layers_v033.SCOPE_WORDS
     note = ("layered proof (proofs/layers_v033.py: the complete chunks; "
             f"proofs/tail_layers_v033.py: the partial tail): {words}")
-    if thm != "termination":
-        return Verdict("PROVED", time.monotonic() - t0, note=note, scope=words)
-    left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
-    bounded = check_v033.check(thm, sem.name, assumed, left)
-    if bounded.status != "PROVED":
-        return Verdict(bounded.status, time.monotonic() - t0, bounded.counterexample,
-                       f"{note}; but the pass bound: {bounded.note}")
-    note += ("; and within the bounded scope of the other 0.33.0 verdicts "
-             f"({bounded.note.removeprefix('bounded scope: ')})")
     return Verdict("PROVED", time.monotonic() - t0, note=note, scope=words)

@@ -324,7 +324,7 @@ def obligations(reround: bool, rerun: bool) -> list[tuple[str, list[z3.BoolRef]]
     rerun_all = replace(e, k=z3.IntVal(0), looked=z3.BoolVal(False),
                         next=z3.IntVal(NEXT_NONE), ms=e.m, fresh_all=z3.BoolVal(True))
     rerun_sw = replace(rerun_all, k=lp.f, fresh_all=z3.BoolVal(False))
-    done = z3.And(z3.Not(e.halted), z3.Or(e.defer, e.m >= c))
+    done = loop_done(e.halted, e.defer, e.m, c)
     out += [
         ("maximality loop: a pass that schedules nothing ends at or above the valid hit",
          end + [e.next == NEXT_NONE, z3.Not(done)]),
@@ -335,6 +335,20 @@ def obligations(reround: bool, rerun: bool) -> list[tuple[str, list[z3.BoolRef]]
     ]
     return out
 
+
+
+def loop_done(halted: z3.BoolRef, defer: z3.BoolRef, m: z3.ArithRef, c: z3.ArithRef
+              ) -> z3.BoolRef:
+    """What ``obligations`` prove of the loop's end, with a valid hit ending at ``c``: not
+    stopped, and a deferral or max_hit_size_tokens ``m`` at or above ``c`` (the tail
+    proof, ``proofs.tail_layers_v033``, reads it from here)."""
+    return z3.And(z3.Not(halted), z3.Or(defer, m >= c))
+
+
+def violates(deferred: z3.BoolRef, hit: z3.ArithRef, h: z3.ArithRef) -> z3.BoolRef:
+    """The theorem's violation (``proofs.check_v033.violation``): the lookup answers,
+    below a valid hit ``h``."""
+    return z3.And(z3.Not(deferred), hit < h)
 
 
 def final_query(pre: Sequence[str], kind: str) -> list[z3.BoolRef]:
@@ -350,8 +364,8 @@ def final_query(pre: Sequence[str], kind: str) -> list[z3.BoolRef]:
     st = State(y, y - cfg.computed, defer, z3.BoolVal(False), (z3.BoolVal(False),),
                z3.IntVal(NEXT_NONE), z3.BoolVal(False))
     r = T.result_of(enc, cfg, d, st, [0])
-    return _finish(enc, premises + [z3.Or(defer, y >= cfg.computed + h),
-                                    z3.Not(r.deferred), r.hit < h])
+    return _finish(enc, premises + [loop_done(st.halted, defer, y, cfg.computed + h),
+                                    violates(r.deferred, r.hit, h)])
 
 
 def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[L.Query]:
@@ -455,7 +469,8 @@ def witness(sem: Semantics, pre: Sequence[str], timeout_ms: int = 60_000) -> Wit
                                note=f"witness not reproduced by model/ (hit {o.hit_tokens}, "
                                     f"Z3 {z_hit}; valid hit {valid} valid there: "
                                     f"{ok_valid}; refused: {o.refused}): encoding bug")
-            return Witness(True, time.monotonic() - t0, scen, z_hit, valid)
+            w = Witness(True, time.monotonic() - t0, scen, z_hit, valid)
+            return L._tail_witness(THEOREM, sem, pre, w, deadline)
     return Witness(False, time.monotonic() - t0,
                    note="no run with a non-zero valid hit and a Mamba load satisfies the "
                         "layered maximality proof's premises (small layouts): the proof "

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import multiprocessing
+import shutil
 import sys
 import time
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,19 +49,31 @@ class Row:
     @property
     def accepted_matches(self) -> bool:
         v = self.accepted if self.accepted is not None else self.verdict
-        return _as_expected(v, self.accepted_expected)
+        return _as_expected(v, self.accepted_expected, self.semantics)
 
     @property
     def matches(self) -> bool:
-        ok = _as_expected(self.verdict, self.expected) and self.accepted_matches
+        ok = _as_expected(self.verdict, self.expected, self.semantics) and self.accepted_matches
         if self.verdict.status == "PROVED" and not (self.witness and self.witness.found):
             return False  # a proof without a witness may be vacuous
         # a precondition is shown necessary only by a counterexample when it is dropped
         return ok and all(n.status == "COUNTEREXAMPLE" for n in self.necessity)
 
 
-def _as_expected(v: Verdict, expected: str) -> bool:
-    return v.status == ("PROVED" if expected == "holds" else "COUNTEREXAMPLE")
+def _as_expected(v: Verdict, expected: str, semantics: str) -> bool:
+    """``holds`` asks for a proof over every layout the release accepts: a PROVED that
+    holds only within a bounded scope (the bounded encoding, or a layered proof whose
+    partial-tail layouts fell back to it, e.g. a layered query out of time on a loaded
+    machine) does not match it, so a weaker claim cannot pass unnoticed."""
+    if expected != "holds":
+        return v.status == "COUNTEREXAMPLE"
+    return v.status == "PROVED" and not _bounded(semantics, v)
+
+
+def _bounded(semantics: str, v: Verdict) -> bool:
+    """Whether ``v`` holds only within a bounded scope (``_scope``)."""
+    return v.tails_bounded is not None or (
+        get_semantics(semantics).chunked and v.scope is None)
 
 
 # the releases whose guarantees the preconditions state
@@ -159,19 +170,26 @@ def row_json(row: Row) -> dict[str, Any]:
     }
 
 
-Drawing = tuple[dict[str, Any], Path, str]  # scenario, PNG path, title
+@dataclass(frozen=True)
+class Drawing:
+    """One picture: ``model.explain.draw_png``'s arguments, resolved (cheap: no drawing)."""
+
+    scenario: dict[str, Any]  # as parse_scenario reads it
+    semantics: str | None  # None: the scenario's own
+    path: Path
+    title: str
+    larger: int | None  # a maximality counterexample's larger valid hit
+    unreachable: str | None  # why no engine produces this input
+
+    def key(self) -> str:
+        """Equal for two drawings of the same bytes (all but the file name)."""
+        return json.dumps([self.scenario, self.semantics or self.scenario.get("semantics"),
+                           self.title, self.larger, self.unreachable], sort_keys=True)
 
 
 def _picture(scen: dict[str, Any], path: Path, title: str, drawings: list[Drawing]
              ) -> list[str]:
     """The token lines of ``scen``; its picture is queued on ``drawings``."""
-    s = parse_scenario(scen)
-    drawings.append((scen, path, title))
-    return token_line(s, evaluate(s, enforce=False))
-
-
-def _draw(d: Drawing) -> None:
-    scen, path, title = d
     s = parse_scenario(scen)
     o = evaluate(s, enforce=False)
     larger = None
@@ -179,26 +197,50 @@ def _draw(d: Drawing) -> None:
         larger = larger_valid_hit(s, o.layout, get_semantics(o.semantics), o.hit_tokens)
     elif path.name.startswith("maximality") and isinstance(scen.get("valid_hit"), int):
         larger = scen["valid_hit"]  # 0.33.0: the file carries it (model.maximality_v033)
-    draw_png(s, o, path, title, larger=larger, unreachable=evaluate(s).refused)
+    drawings.append(Drawing(scen, None, path, title, larger, evaluate(s).refused))
+    return token_line(s, o)
 
 
-def draw_all(drawings: Sequence[Drawing], jobs: int = 1) -> None:
-    """Draw the pictures, ``jobs`` at a time (each is its own file: the order does not
-    matter)."""
-    jobs = min(jobs, len(drawings))
-    if jobs <= 1:
-        for d in drawings:
-            _draw(d)
-        return
-    with multiprocessing.Pool(jobs) as pool:
-        pool.map(_draw, drawings, chunksize=1)
+def draw(d: Drawing) -> float:
+    """Draw one picture; its CPU seconds."""
+    t0 = time.process_time()
+    s = parse_scenario(d.scenario)
+    draw_png(s, evaluate(s, d.semantics, enforce=False), d.path, d.title, larger=d.larger,
+             unreachable=d.unreachable)
+    return time.process_time() - t0
 
 
-def write_report(rows: Sequence[Row], out: Path, jobs: int = 1) -> None:
+def draw_all(drawings: Sequence[Drawing], jobs: int = 1, pool: Any = None) -> float:
+    """Draw the pictures, ``jobs`` at a time (or in ``pool``); a picture that another one
+    repeats byte for byte (the report's and the spec's of one counterexample under the
+    same title) is drawn once and copied. Their CPU seconds."""
+    first: dict[str, Drawing] = {}
+    copies: list[tuple[Drawing, Drawing]] = []
+    for d in drawings:
+        if d.key() in first:
+            copies.append((first[d.key()], d))
+        else:
+            first[d.key()] = d
+    todo = list(first.values())
+    jobs = min(jobs, len(todo))
+    if pool is not None:
+        cpu = float(sum(pool.map(draw, todo, chunksize=1)))
+    elif jobs <= 1:
+        cpu = sum(draw(d) for d in todo)
+    else:
+        with multiprocessing.Pool(jobs) as p:
+            cpu = float(sum(p.map(draw, todo, chunksize=1)))
+    for src, dst in copies:
+        shutil.copyfile(src.path, dst.path)
+    return cpu
+
+
+def write_report(rows: Sequence[Row], out: Path, jobs: int = 1,
+                 queue: list[Drawing] | None = None) -> None:
     """report.md, report.json, the counterexample files and their pictures (drawn
-    ``jobs`` at a time)."""
+    ``jobs`` at a time; with ``queue``, put there to be drawn by the caller)."""
     out.mkdir(parents=True, exist_ok=True)
-    drawings: list[Drawing] = []
+    drawings: list[Drawing] = [] if queue is None else queue
     (out / "counterexamples").mkdir(exist_ok=True)
     md = ["# Lookup theorems: results", "",
           "Each theorem is checked against each semantics; sizes, prompt length, GPU hit and "
@@ -216,8 +258,9 @@ def write_report(rows: Sequence[Row], out: Path, jobs: int = 1) -> None:
           "each; the "
           "others are checked by an exact bounded encoding (proofs/encoding_v033.py): "
           "their verdicts hold within the bounded scope named beside each (every token "
-          "size still symbolic and unbounded); a counterexample is valid whatever the "
-          "scope.", "",
+          "size still symbolic and unbounded; a PROVED one comes with termination "
+          "proved over the same layouts, so the loop unrolled there cuts no run short); "
+          "a counterexample is valid whatever the scope.", "",
           "| theorem | semantics | over accepted layouts | expected | with preconditions "
           "| expected | matches | seconds |",
           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -293,58 +336,128 @@ def write_report(rows: Sequence[Row], out: Path, jobs: int = 1) -> None:
                                      drawings)
                     md += ["", f"  ![{base}]({base}.png)", "", "```", *lines, "```"]
             md.append("")
-    draw_all(drawings, jobs)
+    if queue is None:
+        draw_all(drawings, jobs)
     (out / "report.md").write_text("\n".join(md) + "\n")
     (out / "report.json").write_text(json.dumps(
         {"results": [row_json(r) for r in rows]}, indent=1) + "\n")
 
 
-# seconds of CPU a pair took (measured, bench/bench_proofs.py): what run_all starts first,
-# the vLLM 0.33.0 family's pairs (5-25 s each, the 24 older ones 1-2 s) before the others
-HEAVY = {"maximality": 100, "loads-stored-only": 60, "no-partial-state": 20,
-         "whole-blocks": 15, "leaves-last-token": 4, "termination": 1}
+# CPU seconds a theorem's pairs of one family take together (True: vLLM 0.33.0 and its
+# fixes; False: the older releases), measured with the per-group figures the run prints
+# (``python -m proofs --report DIR`` on stderr, bench/bench_proofs.py): run_all starts the
+# longest first (LPT), so that no process is left with a long one at the end; a group not
+# listed counts as 1 s. Only the order depends on them, never a result.
+WEIGHT: dict[tuple[bool, str], float] = {  # measured on main f5550f6 (bench_proofs)
+    (True, "loads-stored-only"): 36, (True, "maximality"): 20.5,
+    (True, "whole-blocks"): 7.2, (True, "no-partial-state"): 6.1,
+    (True, "termination"): 4.6, (True, "leaves-last-token"): 0.3,
+    (False, "loads-stored-only"): 8.9, (False, "maximality"): 8.9,
+    (False, "no-partial-state"): 5.6, (False, "whole-blocks"): 2.4,
+    (False, "leaves-last-token"): 1.7, (False, "termination"): 0.3}
+HEAVY = {t: w for (chunked, t), w in WEIGHT.items() if chunked}  # the older name
 
 
-def _run_one(args: tuple[str, str, float, bool]) -> Row:
+@dataclass(frozen=True)
+class Side:
+    """A task the run's processes take besides the pairs (the spec's facts)."""
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    seconds: float  # its CPU seconds (measured): where it goes in the order
+    first: bool = False  # before every pair (e.g. a Z3 search, in a fresh process)
+
+
+Pair = tuple[str, str, float, bool]
+Work = tuple[str, "Sequence[Pair] | Side"]  # label, a group of pairs or a side task
+
+
+def _run_one(args: Pair) -> Row:
     return run_one(*args)
 
 
-def _run_group(group: Sequence[tuple[str, str, float, bool]]) -> list[Row]:
-    return [run_one(*args) for args in group]
+def _work(item: Work) -> tuple[str, list[Row] | Any, float]:
+    """Run a group of pairs (or a side task) in this process: (label, its rows or result,
+    its CPU seconds)."""
+    label, what = item
+    t0 = time.process_time()
+    out = (what.fn(*what.args) if isinstance(what, Side)
+           else [run_one(*args) for args in what])
+    return label, out, time.process_time() - t0
+
+
+def _print_row(r: Row) -> None:
+    extra = "".join(f"\n    without {n.precondition}: {n.status} ({n.seconds:.1f}s)"
+                    for n in r.necessity)
+    print(f"{r.theorem:<20}{r.semantics:<30}{r.verdict.status:<16}{r.expected:<10}"
+          f"{'yes' if r.matches else 'NO':<7}{r.verdict.seconds:>8.2f}{extra}", flush=True)
+    if r.verdict.note and not r.matches:
+        print(f"    {r.verdict.note}", file=sys.stderr, flush=True)
+    if r.witness is not None and not r.witness.found:
+        print(f"    no witness: {r.witness.note}", file=sys.stderr, flush=True)
 
 
 def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
-            necessity: bool = True, jobs: int = 1) -> list[Row]:
-    """Every pair, ``jobs`` at a time (separate processes); a line per pair as it ends."""
+            necessity: bool = True, jobs: int = 1, pool: Any = None,
+            side: Sequence[Side] = (), results: dict[str, Any] | None = None,
+            cpu: dict[str, float] | None = None) -> list[Row]:
+    """Every pair, ``jobs`` at a time (separate processes; or in ``pool``); a line per pair
+    as it ends. The ``side`` tasks run in the same processes, their results put in
+    ``results`` by name; ``cpu`` gets each group's (and side task's) CPU seconds."""
     print(f"{'theorem':<20}{'semantics':<30}{'status':<16}{'expected':<10}"
           f"{'match':<7}{'seconds':>8}", flush=True)
     pairs = [(t, s, timeout_s, necessity) for t in theorems for s in semantics
              if THEOREMS[t].covers(s)]
+    results = {} if results is None else results
+    cpu = {} if cpu is None else cpu
     # a theorem's pairs of one family (vLLM 0.33.0 and its fixes; the older releases) in
     # one process: about half their queries are the same text, which a process proves
-    # once (layers_v033.prove, maximality_layers_v033.prove, check._answer); the costliest
-    # groups first, so that no process is left with a long one at the end (the report
-    # keeps the order above)
-    groups: dict[tuple[bool, str], list[tuple[str, str, float, bool]]] = {}
+    # once (layers_v033.prove, maximality_layers_v033.prove, check._answer)
+    groups: dict[tuple[bool, str], list[Pair]] = {}
     for p in pairs:
-        groups.setdefault((not get_semantics(p[1]).chunked, p[0]), []).append(p)
-    todo = sorted(groups.values(), key=lambda g: (not get_semantics(g[0][1]).chunked,
-                                                  -HEAVY.get(g[0][0], 0), pairs.index(g[0])))
+        groups.setdefault((get_semantics(p[1]).chunked, p[0]), []).append(p)
+    weight = {k: WEIGHT.get(k, 1.0) for k in groups}
+    total = sum(weight.values()) + sum(s.seconds for s in side)
+    work: list[tuple[float, Work]] = []
+    for k, g in groups.items():
+        # a group longer than a process's share of the run would alone set the run's
+        # length: its halves go apart (each still shares its queries within itself)
+        parts = [g[:len(g) // 2], g[len(g) // 2:]] if (
+            jobs > 1 and len(g) > 1 and weight[k] > total / jobs) else [g]
+        for i, part in enumerate(parts):
+            half = f", part {i + 1} of {len(parts)}" if len(parts) > 1 else ""
+            work.append((weight[k] * len(part) / len(g),
+                         (f"{k[1]} ({'0.33.0 family' if k[0] else 'older'}, "
+                          f"{len(part)} pairs{half})", part)))
+    work += [(s.seconds, (s.name, s)) for s in side if not s.first]
+    # longest first (stable: equal weights keep the order above); the side tasks marked
+    # first before all
+    todo = ([(s.name, s) for s in side if s.first]
+            + [w for _, w in sorted(work, key=lambda x: -x[0])])
     rows: list[Row] = []
-    jobs = min(jobs, len(todo))  # one group runs in this process: no worker to start
-    with multiprocessing.Pool(jobs) if jobs > 1 else nullcontext() as pool:
-        results = (itertools.chain.from_iterable(pool.imap_unordered(_run_group, todo))
-                   if pool is not None else map(_run_one, pairs))
-        for r in results:
-            rows.append(r)
-            extra = "".join(f"\n    without {n.precondition}: {n.status} ({n.seconds:.1f}s)"
-                            for n in r.necessity)
-            print(f"{r.theorem:<20}{r.semantics:<30}{r.verdict.status:<16}{r.expected:<10}"
-                  f"{'yes' if r.matches else 'NO':<7}{r.verdict.seconds:>8.2f}{extra}",
-                  flush=True)
-            if r.verdict.note and not r.matches:
-                print(f"    {r.verdict.note}", file=sys.stderr, flush=True)
-            if r.witness is not None and not r.witness.found:
-                print(f"    no witness: {r.witness.note}", file=sys.stderr, flush=True)
+    jobs = min(jobs, len(todo))
+    own = pool is None and jobs > 1
+    if own:
+        pool = multiprocessing.Pool(jobs)
+    try:
+        if pool is not None:
+            done = pool.imap_unordered(_work, todo)
+        else:  # this process, in the report's order (side tasks last)
+            done = map(_work, [(f"{p[0]} on {p[1]}", [p]) for p in pairs]
+                       + [(s.name, s) for s in side])
+        names = {s.name for s in side}
+        for label, out, seconds in done:
+            if label in names:
+                results[label] = out
+            else:
+                for r in out:
+                    rows.append(r)
+                    _print_row(r)
+            cpu[label] = seconds
+    finally:
+        if own:
+            pool.close()
+            pool.join()
     order = [(t, s) for t, s, _, _ in pairs]
     return sorted(rows, key=lambda r: order.index((r.theorem, r.semantics)))

@@ -37,13 +37,14 @@ from mdit_py_plugins.anchors.index import slugify
 import model.semantics
 from model import citations, invariants, load_plan, lookup, maximality
 from model.evaluate import evaluate
-from model.explain import draw_png, explain, token_line
+from model.explain import explain, token_line
 from model.layout import Layout
 from model.maximality import larger_valid_hit
 from model.proposed_assert import FIRES_IN, proposed_assertion_fires
 from model.scenario import parse_scenario
 from model.semantics import Semantics, get_semantics
 from proofs import abstract, theorems
+from proofs.report import Drawing, draw_all
 from proofs.theorems import PRECONDITIONS, THEOREMS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -255,39 +256,69 @@ def load_results(directory: Path) -> Results:
 # --- the expensive facts: one Z3 search and the simulator (spec-facts.json) --------------
 
 
-def collect_facts() -> dict[str, Any]:
-    """Run what the spec quotes besides the proofs (about ten seconds)."""
+# the facts' parts, each computable on its own (in any process: the Z3 searches and the
+# simulator are deterministic), with its CPU seconds (measured; for the run's scheduler)
+FACT_PARTS: dict[str, float] = {
+    "seed_counterexample": 0.5, "alt_round_num_hit_counterexample": 0.5,
+    **{f"sim:{label}:{sem}": 1.6 for label in ("chat", "chat-hybrid") for sem in SIM_SEMANTICS},
+    "rerun": 0.2}
+SIM_LABELS = {"chat": 0, "chat-hybrid": 1}  # label -> attention groups
+
+
+def fact_part(name: str) -> Any:
+    """One part of the spec's facts (``FACT_PARTS``)."""
     from proofs.check import counterexample
-    from sim.config import EngineConfig
-    from sim.rerun import rerun_one
-    from sim.runner import RunSpec, run_side_by_side
 
     thm = THEOREMS["no-partial-state"]
-    v = counterexample(thm, get_semantics("vllm-0.23.0"), thm.preconditions, 120_000,
-                       sizes=[((16, 16, 16), 1)])
-    # the review alternative on requests a real engine produces (GPU hit whole GPU blocks)
-    alt = counterexample(thm, get_semantics("alt-round-num-hit"),
-                         thm.preconditions + theorems.RUNTIME, 120_000)
+    if name == "seed_counterexample":
+        v = counterexample(thm, get_semantics("vllm-0.23.0"), thm.preconditions, 120_000,
+                           sizes=[((16, 16, 16), 1)])
+        return v.counterexample if v.status == "COUNTEREXAMPLE" else None
+    if name == "alt_round_num_hit_counterexample":
+        # the review alternative on requests a real engine produces (GPU hit whole GPU
+        # blocks)
+        alt = counterexample(thm, get_semantics("alt-round-num-hit"),
+                             thm.preconditions + theorems.RUNTIME, 120_000)
+        return alt.counterexample if alt.status == "COUNTEREXAMPLE" else None
+    from sim.config import EngineConfig
+
+    if name == "rerun":
+        from sim.rerun import rerun_one
+
+        rerun = {}
+        for sem in ("vllm-0.23.0", "vllm-0.24.0"):
+            rows = [rerun_one(n, sem, EngineConfig()) for n in RERUN_LENGTHS]
+            rerun[sem] = [[r.length, r.hit_tokens, r.corrupted] for r in rows]
+        return rerun
+    from sim.runner import RunSpec, run_one
+
+    _, label, sem = name.split(":")
+    spec = RunSpec("chat", SIM_REQUESTS, 0, SIM_SEMANTICS,
+                   EngineConfig(attention_groups=SIM_LABELS[label]))
+    s = run_one(spec, sem)  # the trace depends only on (workload, requests, seed)
+    return ({k: getattr(s, k) for k in SIM_KEYS}
+            | {"no_partial_state": s.violations["no-partial-state"]})
+
+
+def collect_facts(parts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run what the spec quotes besides the proofs (about ten seconds of CPU): every part of
+    ``FACT_PARTS`` not already in ``parts`` (computed elsewhere, e.g. in the proofs' process
+    pool while the pairs run)."""
+    from sim.config import EngineConfig
+
+    got = {name: (parts[name] if parts is not None and name in parts else fact_part(name))
+           for name in FACT_PARTS}
     sim: dict[str, Any] = {}
-    for label, attention in (("chat", 0), ("chat-hybrid", 1)):
-        config = EngineConfig(attention_groups=attention)
-        spec = RunSpec("chat", SIM_REQUESTS, 0, SIM_SEMANTICS, config)
-        summaries = run_side_by_side(spec, 2, show_progress=False)
+    for label, attention in SIM_LABELS.items():
         sim[label] = {
             "workload": "chat", "requests": SIM_REQUESTS, "seed": 0,
-            "attention_groups": attention, "block_size": config.block_size,
-            "semantics": {s.semantics: {k: getattr(s, k) for k in SIM_KEYS}
-                          | {"no_partial_state": s.violations["no-partial-state"]}
-                          for s in summaries},
+            "attention_groups": attention,
+            "block_size": EngineConfig(attention_groups=attention).block_size,
+            "semantics": {sem: got[f"sim:{label}:{sem}"] for sem in SIM_SEMANTICS},
         }
-    rerun = {}
-    for sem in ("vllm-0.23.0", "vllm-0.24.0"):
-        rows = [rerun_one(n, sem, EngineConfig()) for n in RERUN_LENGTHS]
-        rerun[sem] = [[r.length, r.hit_tokens, r.corrupted] for r in rows]
-    return {"seed_counterexample": v.counterexample if v.status == "COUNTEREXAMPLE" else None,
-            "alt_round_num_hit_counterexample": (alt.counterexample
-                                                 if alt.status == "COUNTEREXAMPLE" else None),
-            "sim": sim, "rerun": rerun}
+    return {"seed_counterexample": got["seed_counterexample"],
+            "alt_round_num_hit_counterexample": got["alt_round_num_hit_counterexample"],
+            "sim": sim, "rerun": got["rerun"]}
 
 
 # --- what the templates are filled with -------------------------------------------------
@@ -636,19 +667,18 @@ def pictures(code: CodeFacts, results: Results) -> dict[str, tuple[dict[str, Any
     return out
 
 
-def _draw(scenario: dict[str, Any], semantics: str, path: Path, title: str,
-          maximality_picture: bool) -> None:
+def _drawing(scenario: dict[str, Any], semantics: str, path: Path, title: str,
+             maximality_picture: bool) -> Drawing:
     ex = example(scenario, semantics)
-    s = parse_scenario(_scenario_only(scenario))
-    draw_png(s, evaluate(s, semantics, enforce=False), path, title,
-             larger=ex.larger if maximality_picture else None, unreachable=ex.refused)
+    return Drawing(_scenario_only(scenario), semantics, path, title,
+                   ex.larger if maximality_picture else None, ex.refused)
 
 
-def write_spec(directory: Path, facts: dict[str, Any] | None = None, jobs: int = 1
-               ) -> list[Path]:
+def write_spec(directory: Path, facts: dict[str, Any] | None = None, jobs: int = 1,
+               queue: list[Drawing] | None = None) -> list[Path]:
     """Write every page (Markdown and HTML) and picture into ``directory`` (next to
-    report.json), the pictures ``jobs`` at a time; with ``facts`` also (re)write
-    spec-facts.json."""
+    report.json), the pictures ``jobs`` at a time (with ``queue``: put there, for the
+    caller to draw); with ``facts`` also (re)write spec-facts.json."""
     if facts is not None:
         (directory / FACTS).write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
     results = load_results(directory)
@@ -658,16 +688,13 @@ def write_spec(directory: Path, facts: dict[str, Any] | None = None, jobs: int =
     for old in (directory / IMG).glob("*.png"):
         if f"{IMG}/{old.name}" not in drawn:
             old.unlink()
-    todo = [(scen, sem, directory / rel, title, rel.split("/")[-1].startswith("maximality"))
+    todo = [_drawing(scen, sem, directory / rel, title,
+                     rel.split("/")[-1].startswith("maximality"))
             for rel, (scen, sem, title) in drawn.items()]
-    if jobs > 1 and len(todo) > 1:  # each picture is its own file
-        import multiprocessing
-
-        with multiprocessing.Pool(min(jobs, len(todo))) as pool:
-            pool.starmap(_draw, todo, chunksize=1)
+    if queue is None:
+        draw_all(todo, jobs)
     else:
-        for args in todo:
-            _draw(*args)
+        queue.extend(todo)
     written = []
     for rel, md in render(code, results).items():
         path = directory / rel

@@ -22,6 +22,18 @@ Layers:
   the tails-off answer's, which ``proofs.layers_v033`` proves free of them for every
   layout its start-up accepts (which the layouts with partial tails on are:
   ``layouts_query``).
+* whole-blocks (``tail_v033.violates_whole_blocks``): a partial-tail hit ends inside a
+  block by design, so only the complete-chunk answer counts, which is the tails-off
+  answer (above); every layout with partial tails on keeps full-chunk-within-windowed
+  (every chunk is one block: ``layouts_query``, ``TAILS_KEEP``).
+* maximality (``maximality_query``): the complete-chunk loop ends as the tails-off
+  maximality proof's obligations leave it (``maximality_layers_v033.loop_done``: a
+  deferral or max_hit_size_tokens at or above a valid hit's end), so the complete hit the
+  tail phase keeps is at least every valid hit, and a partial-tail hit ends past the
+  complete boundary (the search's summary), so it is longer still; the tail phase never
+  turns a non-deferred complete answer into a shorter one. no-eagle and
+  caps-reach-prompt are not kept by every layout with partial tails on (EAGLE groups
+  are allowed): ``layouts_query`` takes them as premises, as the theorem does.
 * What other modules prove is read from their definitions, not restated: the
   complete-chunk loop's end is ``proofs.abstract_v033.summary`` (``loop_end``), the
   tails-off loads-stored-only is ``turn_v033``'s violation negated (``load_ok``), and
@@ -52,7 +64,12 @@ from proofs import turn_v033 as T
 from proofs.encoding import Enc, State, Store, fresh_state
 from proofs.witness import Witness
 
-COVERED = ("no-partial-state", "leaves-last-token", "termination", "loads-stored-only")
+COVERED = ("no-partial-state", "leaves-last-token", "termination", "loads-stored-only",
+           "whole-blocks", "maximality")
+# the preconditions every layout with partial tails on keeps (``layouts_query`` proves
+# it); the others (no-eagle, caps-reach-prompt) the tail proof takes as premises
+TAILS_KEEP = ("align-divides-blocks", "same-block-size", "full-chunk-within-windowed",
+              "mamba-mode-not-all")
 SCOPE_WORDS = ("every layout 0.33.0 accepts, partial tails on or off (any number of "
                "groups of each kind, each with its own block size; any blocks_per_chunk, "
                "window, prompt, GPU hit and caps; EAGLE on any group; with partial tails "
@@ -548,18 +565,62 @@ def same_violation_query(thm: str, kind: str) -> list[z3.BoolRef]:
     return _finish(enc, premises + env + goal)
 
 
+def _precondition(name: str, enc: Enc, cfg: T.Cfg, d: T.D) -> z3.BoolRef:
+    """A precondition over the tails-off terms (``turn_v033.precondition``, and
+    caps-reach-prompt as the layered maximality proof states it)."""
+    from proofs.maximality_layers_v033 import precondition
+
+    return precondition(name, enc, cfg, d)
+
+
 def layouts_query(assumed: Sequence[str] = ()) -> list[z3.BoolRef]:
-    """A layout with partial tails on is one the tails-off proof covers: the same
-    start-up constraints (``turn_v033.startup`` is part of ``tail_v033.startup``),
-    align-divides-blocks (every chunk is the Mamba chunk) and the preconditions the
-    theorem's tails-off proof takes (``assumed``)."""
+    """A layout with partial tails on (under the theorem's preconditions that not every
+    such layout keeps: no-eagle, caps-reach-prompt) is one the tails-off proof covers:
+    the same start-up constraints (``turn_v033.startup`` is part of
+    ``tail_v033.startup``), align-divides-blocks (every chunk is the Mamba chunk) and
+    the preconditions the theorem's tails-off proof takes (``assumed``)."""
     enc, tc, premises = _setup((TV.FA, TV.MAMBA))
     d = T.derive(enc, tc.base, T.symbolic_env())
     names = dict.fromkeys(("align-divides-blocks", *assumed))
-    goal = z3.And(T.startup(enc, tc.base),
-                  *[T.precondition(p, enc, tc.base, d) for p in names])
+    pre = {p: _precondition(p, enc, tc.base, d) for p in names}
+    taken = [pre[p] for p in names if p not in TAILS_KEEP]
+    goal = z3.And(T.startup(enc, tc.base), *pre.values())
     c = [z3.Int(f"chunks_per_align{g}") == 1 for g in range(2)]  # the witness of the fact
-    return _finish(enc, premises + [d.align_on == z3.BoolVal(True)] + c + [z3.Not(goal)])
+    return _finish(enc, premises + taken + [d.align_on == z3.BoolVal(True)] + c
+                   + [z3.Not(goal)])
+
+
+def maximality_query(kind: str, tail: bool, negated: bool = True) -> list[z3.BoolRef]:
+    """maximality for a group of ``kind`` of an unknown layout with partial tails on and
+    a valid hit ``h*`` (``proofs.maximality_layers_v033.valid_hit``, the rules of the
+    whole request and this group's): the complete-chunk loop ends as the tails-off
+    maximality proof's obligations leave it (``maximality_layers_v033.loop_done``: a
+    deferral or max_hit_size_tokens at or above the valid hit's end), so a complete hit
+    the tail phase keeps is at least ``h*``; a partial-tail hit (``tail``) ends past the
+    complete boundary (the search's summary), so it is longer still. The answer's
+    violation is the theorem's (``maximality_layers_v033.violates``). ``negated`` False:
+    the premises alone (tests see them hold)."""
+    from proofs import maximality_layers_v033 as MX
+
+    enc, tc, premises = _setup((kind,))
+    c = tc.base
+    d, env = _env(enc, tc)
+    st, h = fresh_state(enc, 1, "end"), z3.Int("valid_hit")
+    st = replace(st, num_hit=st.m - c.computed, halted=z3.Bool("end_halted"))
+    inner = replace(c, skip_reading=z3.BoolVal(False), in_flight=z3.BoolVal(False))
+    r_complete = T.result_of(enc, inner, d, st, [0])  # _lookup_complete_chunks' answer
+    pro = TV.prologue(enc, tc, r_complete.hit)
+    missed = z3.Bool("bridge_missed")
+    mbp = TV.after_bridge(tc, pro, missed)
+    scan = _fresh_scan("end")
+    a = TV.finish(tc, r_complete.deferred, r_complete.hit, scan)
+    facts = [MX.valid_hit(enc, c, d, h, [0]),
+             MX.loop_done(st.halted, st.defer, st.m, c.computed + h),
+             bridge_summary(pro, missed),
+             scan_summary(pro, mbp, z3.Bool("bridge_pending"), scan)]
+    goal = [a.tail if tail else z3.Not(a.tail)]
+    goal += [MX.violates(a.deferred, a.hit, h)] if negated else [TV.active(a)]
+    return _finish(enc, premises + env + facts + goal)
 
 
 def same_load_query(kind: str) -> list[z3.BoolRef]:
@@ -618,6 +679,11 @@ def proof_queries(thm: str, sem: Semantics | None = None, assumed: Sequence[str]
                                                   False)))
             out.append((f"loads-stored-only: no partial-tail hit, the same load as tails "
                         f"off ({kind})", partial(same_load_query, kind)))
+    elif thm == "maximality":
+        for kind in (TV.FA, TV.MAMBA):
+            for tail in (True, False):
+                out.append((f"maximality {'with' if tail else 'without'} a partial-tail "
+                            f"hit ({kind})", partial(maximality_query, kind, tail)))
     elif thm != "termination":
         kinds = (TV.MAMBA,) if thm == "no-partial-state" else (TV.FA, TV.MAMBA)
         for kind in kinds:
@@ -687,8 +753,13 @@ def _table(row: Sequence[z3.ArithRef], q: z3.ArithRef) -> z3.ArithRef:
     return out
 
 
-def _witness_query(sem: Semantics, kinds: tuple[str, ...], block: int, tph: int
-                   ) -> tuple[z3.Solver, TV.TailCfg, TV.Answer]:
+def _witness_query(sem: Semantics, kinds: tuple[str, ...], block: int, tph: int,
+                   taken: Sequence[str] = (), valid: bool = False
+                   ) -> tuple[z3.Solver, TV.TailCfg, TV.Answer, z3.ArithRef]:
+    """``taken``: the theorem's preconditions the tail proof takes as premises;
+    ``valid``: maximality's premise, a valid hit ``h* >= 1`` (returned; 0 without)."""
+    from proofs import maximality_layers_v033 as MX
+
     enc = Enc(bound=WITNESS_BLOCKS + 2)
     positions = WITNESS_BLOCKS * block // tph + 2
     codes = [[z3.Int(f"tail_answer{g}_{q}") for q in range(positions)] for g in kinds]
@@ -697,7 +768,13 @@ def _witness_query(sem: Semantics, kinds: tuple[str, ...], block: int, tph: int
     cons = [tc.block == block, tc.tph == tph, tc.base.prompt <= WITNESS_BLOCKS * block,
             TV.startup(enc, tc, whole=True)]
     cons += [z3.And(0 <= x, x <= 3) for row in codes for x in row]
-    a, ended = TV.run_lookup(enc, tc, sem, 2, 2 * (block // tph) + 1)
+    d = T.derive(enc, tc.base)
+    a, ended = TV.run_lookup(enc, tc, sem, 2, 2 * (block // tph) + 1, d)
+    cons += [_precondition(p, enc, tc.base, d) for p in taken]
+    h: z3.ArithRef = z3.IntVal(0)
+    if valid:
+        h = z3.Int("valid_hit")
+        cons += [MX.valid_hit(enc, tc.base, d, h), h >= 1]
     mamba = [g for g, k in enumerate(kinds) if k == TV.MAMBA]
     loads = TV.load_plan(enc, tc, a, mamba)
     cons += [ended, TV.active(a), a.tail, a.boundary % block != 0,  # inside a block
@@ -711,7 +788,7 @@ def _witness_query(sem: Semantics, kinds: tuple[str, ...], block: int, tph: int
              for st in c.stores for i in range(WITNESS_BLOCKS + 1)]
     s = z3.Solver()
     s.add(*(cons + enc.cons))
-    return s, tc, a
+    return s, tc, a, h
 
 
 def scenario_of(m: z3.ModelRef, tc: TV.TailCfg, sem: Semantics) -> dict[str, Any]:
@@ -771,22 +848,29 @@ def scenario_of(m: z3.ModelRef, tc: TV.TailCfg, sem: Semantics) -> dict[str, Any
 # the search is deterministic (each query solved alone: proofs.witness._solve_alone), so
 # a found witness is the one a new search would find; a search that found none (out of
 # time, say) is not kept
-_FOUND: dict[Semantics, Witness] = {}
+_FOUND: dict[tuple[Semantics, tuple[str, ...], bool], Witness] = {}
 
 
-def witness(sem: Semantics, timeout_ms: int = 60_000) -> Witness:
+def witness(sem: Semantics, timeout_ms: int = 60_000, thm: str = "",
+            assumed: Sequence[str] = ()) -> Witness:
     """A run of the tail phase's premises (start-up with partial tails on, the request
-    rules) with a non-zero partial-tail hit ending inside a block whose load restores a
-    Mamba state, replayed through model/ (same hit, same boundary, a Mamba load)."""
-    if sem in _FOUND:
-        return replace(_FOUND[sem], seconds=0.0)
-    w = _witness(sem, timeout_ms)
+    rules, the theorem's preconditions not every such layout keeps, and for maximality a
+    valid hit) with a non-zero partial-tail hit ending inside a block whose load
+    restores a Mamba state, replayed through model/ (same hit, same boundary, a Mamba
+    load; for maximality the valid hit valid there and at most the hit)."""
+    key = (sem, tuple(sorted(p for p in assumed if p not in TAILS_KEEP)),
+           thm == "maximality")
+    if key in _FOUND:
+        return replace(_FOUND[key], seconds=0.0)
+    w = _witness(sem, timeout_ms, key[1], key[2])
     if w.found:
-        _FOUND[sem] = w
+        _FOUND[key] = w
     return w
 
 
-def _witness(sem: Semantics, timeout_ms: int) -> Witness:
+def _witness(sem: Semantics, timeout_ms: int, taken: tuple[str, ...], valid: bool
+             ) -> Witness:
+    from model.maximality_v033 import is_valid_hit
     from proofs.witness import _solve_alone
 
     t0 = time.monotonic()
@@ -796,24 +880,31 @@ def _witness(sem: Semantics, timeout_ms: int) -> Witness:
             left = int((deadline - time.monotonic()) * 1000)
             if left <= 0:
                 break
-            s, tc, a = _witness_query(sem, kinds, block, tph)
+            s, tc, a, h = _witness_query(sem, kinds, block, tph, taken, valid)
             m = _solve_alone(s, left)
             if m is None:
                 continue
             scen = scenario_of(m, tc, sem)
             z_hit = int(m.eval(a.hit, model_completion=True).as_long())
             z_b = int(m.eval(a.boundary, model_completion=True).as_long())
-            o = evaluate(parse_scenario(scen))
+            z_valid = int(m.eval(h, model_completion=True).as_long()) if valid else None
+            s_model = parse_scenario(scen)
+            o = evaluate(s_model)
             mamba_load = any(ld.blocks and ld.state_position is not None for ld in o.loads)
             broken = {v.invariant for v in o.violations} & set(COVERED)
+            if z_valid is not None and not (
+                    o.layout is not None and o.hit_tokens is not None
+                    and is_valid_hit(s_model, o.layout, z_valid)  # type: ignore[arg-type]
+                    and o.hit_tokens >= z_valid):
+                broken.add("maximality")
             if (o.refused or o.hit_tokens != z_hit or o.tail_boundary != z_b
                     or not mamba_load or broken):
-                return Witness(False, time.monotonic() - t0, scen, z_hit,
+                return Witness(False, time.monotonic() - t0, scen, z_hit, z_valid,
                                note=f"tail witness not reproduced by model/ (hit "
                                     f"{o.hit_tokens}, boundary {o.tail_boundary}; Z3 "
                                     f"{z_hit}, {z_b}; refused: {o.refused}; violations: "
                                     f"{sorted(broken)}): encoding bug")
-            return Witness(True, time.monotonic() - t0, scen, z_hit)
+            return Witness(True, time.monotonic() - t0, scen, z_hit, z_valid)
     return Witness(False, time.monotonic() - t0,
                    note="no run with a partial-tail hit and a Mamba load satisfies the "
                         "tail proof's premises (small layouts): the proof may be vacuous")

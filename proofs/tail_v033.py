@@ -369,11 +369,12 @@ def complete_chunks(enc: Enc, tc: TailCfg, d: T.D, sem: Semantics, passes: int
     return T.result_of(enc, c, d, st), tuple(ends), T.finished(st)
 
 
-def run_lookup(enc: Enc, tc: TailCfg, sem: Semantics, passes: int, boundaries: int
-               ) -> tuple[Answer, z3.BoolRef]:
+def run_lookup(enc: Enc, tc: TailCfg, sem: Semantics, passes: int, boundaries: int,
+               d: T.D | None = None) -> tuple[Answer, z3.BoolRef]:
     """``get_num_new_matched_tokens`` for a whole layout with partial tails on: the
-    complete chunks, then the tail (``tc.hit_end`` is tied to the complete chunks')."""
-    d = T.derive(enc, tc.base)
+    complete chunks, then the tail (``tc.hit_end`` is tied to the complete chunks');
+    ``d``: ``turn_v033.derive`` of ``tc.base``, where the caller names its terms too."""
+    d = T.derive(enc, tc.base) if d is None else d
     r, ends, ended = complete_chunks(enc, tc, d, sem, passes)
     enc.add(*[h == e for h, e in zip(tc.hit_end, ends, strict=True)])
     ans, tail_ended = run_tail(enc, tc, r.deferred, r.hit, boundaries)
@@ -462,7 +463,15 @@ def violates_leaves_last_token(enc: Enc, tc: TailCfg, a: Answer,
     return z3.And(active(a), tc.base.computed + a.hit > tc.base.prompt - 1)
 
 
+def violates_whole_blocks(enc: Enc, tc: TailCfg, a: Answer,
+                          groups: Sequence[int] | None = None) -> z3.BoolRef:
+    """A hit below a chunk of some group (every chunk is one block ``B``); a partial-tail
+    hit ends inside a block by design (model/invariants.py ``whole_blocks``)."""
+    return z3.And(active(a), z3.Not(a.tail), a.hit < tc.block)
+
+
 VIOLATIONS = {
     "no-partial-state": violates_no_partial_state,
     "leaves-last-token": violates_leaves_last_token,
+    "whole-blocks": violates_whole_blocks,
 }

@@ -10,7 +10,6 @@ non-zero hits, EAGLE hits, loops of three or more passes and prefix caching off.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from collections import Counter
@@ -32,6 +31,7 @@ from proofs.theorems import PRECONDITIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conformance_gen import conformance_scenarios  # noqa: E402
+from sabotage import sabotaged_copy  # noqa: E402
 
 MANY = 2000
 
@@ -180,18 +180,7 @@ SABOTAGES = {
 
 def sabotaged(name: str) -> ModuleType:
     """A copy of proofs/encoding.py with one step removed, loaded in-process."""
-    old, new = SABOTAGES[name]
-    source = Path(encoding.__file__).read_text()
-    assert source.count(old) == 1, f"sabotage {name}: the step is no longer written as {old!r}"
-    spec = importlib.util.spec_from_loader(f"sabotaged_{name.replace('-', '_')}", loader=None)
-    assert spec is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    try:
-        exec(compile(source.replace(old, new), f"<{name}>", "exec"), mod.__dict__)
-    finally:
-        del sys.modules[spec.name]
-    return mod
+    return sabotaged_copy(encoding, *SABOTAGES[name], name)
 
 
 # one scenario per sabotage on which the removed step changes the hit (model/ agrees

@@ -8,11 +8,8 @@ default suite.
 
 from __future__ import annotations
 
-import importlib.util
-import random
-import sys
 from collections import Counter
-from pathlib import Path
+from functools import partial
 from types import ModuleType
 from typing import Any
 
@@ -23,148 +20,18 @@ from model.evaluate import evaluate
 from model.scenario import Scenario, parse_scenario
 from proofs import encoding_v033
 from proofs.conformance_v033 import encode_scenario, in_scope, tails_on
-
-SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
-             "alt-v033-cap-min")
-KINDS = (("full_attention",), ("mamba",), ("sliding_window",),
-         ("full_attention", "mamba"), ("sliding_window", "mamba"),
-         ("mamba", "sliding_window"), ("full_attention", "sliding_window"),
-         ("full_attention", "sliding_window", "mamba"),
-         ("full_attention", "mamba", "sliding_window"))
-
-
-def _some(rng: random.Random, n: int, p: float) -> list[int]:
-    return [i for i in range(n) if rng.random() < p]
-
-
-def scenario_dict(rng: random.Random, semantics: str) -> dict[str, Any]:
-    """A request in the encoding's scope, biased to the interesting cases: block sizes
-    that do not divide each other, EAGLE, pending and deferred answers, being-loaded
-    chunks, caps, prefix caching off."""
-    kinds = rng.choice(KINDS)
-    unit = rng.choice((1, 1, 2))
-    sizes = [unit * rng.choice((1, 2, 3, 4)) for _ in kinds]
-    if "mamba" in kinds and len(kinds) > 1 and rng.random() < 0.3:
-        # finding 001's class: a chunk that is not a multiple of the Mamba chunk
-        sizes = [unit * (2 if k == "mamba" else 3) for k in kinds]
-    if rng.random() < 0.3:
-        sizes = [sizes[0]] * len(kinds)
-    bpc = rng.choice((1, 1, 1, 2))
-    caching = rng.random() < 0.85
-    if not caching and "mamba" in kinds and len(kinds) > 1:
-        sizes = [sizes[0]] * len(kinds)  # kv_cache_utils.py:878 then :892
-    tpc_max = max(sizes) * bpc
-    prompt = rng.randint(1, 6 * tpc_max)
-    lcm = 1
-    for x in sizes:
-        lcm = lcm * x // __import__("math").gcd(lcm, x)
-    computed = 0
-    if caching and prompt > lcm and rng.random() < 0.3:
-        computed = lcm * rng.randint(0, (prompt - 1) // lcm)
-    groups = []
-    for kind, size in zip(kinds, sizes, strict=True):
-        n = prompt // (size * bpc)
-        g: dict[str, Any] = {"kind": kind, "gpu_block_size": size,
-                             "stored": _some(rng, n, rng.choice((0.6, 0.85, 1.0)))}
-        if kind == "sliding_window":
-            g["sliding_window"] = rng.randint(1, 3 * size * bpc)
-        if kind == "mamba":
-            g["mamba_cache_mode"] = "align" if caching else "none"
-        if rng.random() < 0.3:
-            g["eagle"] = True
-        for name, p in (("pending", 0.06), ("deferred", 0.05), ("being_loaded", 0.05)):
-            if rng.random() < 0.4:
-                picked = _some(rng, n, p)
-                if picked:
-                    g[name] = picked
-        groups.append(g)
-    out: dict[str, Any] = {"semantics": semantics, "block_size_factor": 1,
-                           "prompt_tokens": prompt, "num_computed_tokens": computed,
-                           "groups": groups}
-    if bpc != 1:
-        out["blocks_per_chunk"] = bpc
-    if not caching:
-        out["enable_prefix_caching"] = False
-    if rng.random() < 0.05:
-        out["skip_reading_prefix_cache"] = True
-        out["num_computed_tokens"] = 0
-    if rng.random() < 0.04:
-        out["in_flight_transfers"] = True
-    if rng.random() < 0.15:
-        out["max_num_new_tokens"] = rng.randint(0, prompt)
-    if rng.random() < 0.15:
-        out["max_load_tokens"] = rng.randint(0, prompt)
-    return out
-
-
-def tail_scenario_dict(rng: random.Random, semantics: str) -> dict[str, Any]:
-    """A request with partial tails on (full attention + Mamba align of one block size,
-    ``prefix_match_unit`` a 2nd to 4th of it), biased to reach a partial-tail hit: most
-    chunks and tail keys stored, some pending or deferred, EAGLE on the attention group
-    (the proof margin), GPU hits, caps."""
-    kinds = rng.choice((("full_attention", "mamba"), ("mamba", "full_attention")))
-    tph = rng.choice((1, 1, 2, 3))
-    hpb = rng.choice((2, 3, 4))
-    block = tph * hpb
-    prompt = rng.randint(1, 4 * block)
-    computed = 0
-    if prompt > block and rng.random() < 0.3:
-        computed = block * rng.randint(0, (prompt - 1) // block)
-    n = prompt // block
-    ends = [p for p in range(tph, prompt + 1, tph) if p % block]
-    groups = []
-    for kind in kinds:
-        g: dict[str, Any] = {"kind": kind, "gpu_block_size": block,
-                             "stored": _some(rng, n, rng.choice((0.7, 0.9, 1.0)))}
-        if kind == "mamba":
-            g["mamba_cache_mode"] = "align"
-        if rng.random() < (0.4 if kind == "full_attention" else 0.1):
-            g["eagle"] = True
-        tails = _some(rng, len(ends), rng.choice((0.5, 0.8, 1.0)))
-        if tails:
-            g["stored_tails"] = [ends[i] for i in tails]
-        for name, p in (("pending_tails", 0.15), ("deferred_tails", 0.1)):
-            if rng.random() < 0.3:
-                picked = [ends[i] for i in _some(rng, len(ends), p)]
-                if picked:
-                    g[name] = picked
-        for name, p in (("pending", 0.1), ("deferred", 0.05), ("being_loaded", 0.1)):
-            if rng.random() < 0.2:
-                picked = _some(rng, n, p)
-                if picked:
-                    g[name] = picked
-        groups.append(g)
-    out: dict[str, Any] = {"semantics": semantics, "block_size_factor": 1,
-                           "prompt_tokens": prompt, "num_computed_tokens": computed,
-                           "hash_block_size": tph, "groups": groups}
-    if rng.random() < 0.05:
-        out["skip_reading_prefix_cache"] = True
-        out["num_computed_tokens"] = 0
-    if rng.random() < 0.15:
-        out["max_num_new_tokens"] = rng.randint(0, prompt)
-    if rng.random() < 0.15:
-        out["max_load_tokens"] = rng.randint(0, prompt)
-    return out
-
-
-def tail_scenarios(count: int, seed: int = 0) -> list[Scenario]:
-    rng = random.Random(seed)
-    out = []
-    while len(out) < count:
-        s = parse_scenario(tail_scenario_dict(rng, SEMANTICS[len(out) % len(SEMANTICS)]))
-        if tails_on(s) and in_scope(s) and evaluate(s).refused is None:
-            out.append(s)
-    return out
+from tests import gen_v033 as gen
+from tests.sabotage import sabotaged_copy
 
 
 def scenarios(count: int, seed: int = 0) -> list[Scenario]:
-    rng = random.Random(seed)
-    out = []
-    while len(out) < count:
-        s = parse_scenario(scenario_dict(rng, SEMANTICS[len(out) % len(SEMANTICS)]))
-        if in_scope(s) and evaluate(s).refused is None:
-            out.append(s)
-    return out
+    return gen.scenarios(partial(gen.chunk_dict, dist=gen.CONFORMANCE), in_scope, count,
+                         seed)
+
+
+def tail_scenarios(count: int, seed: int = 0) -> list[Scenario]:
+    return gen.scenarios(gen.tail_pair_dict, lambda s: tails_on(s) and in_scope(s), count,
+                         seed)
 
 
 def conforms(s: Scenario, mod: ModuleType = encoding_v033,
@@ -275,12 +142,8 @@ WITNESSES: dict[str, dict[str, Any]] = {
 
 
 def _run(count: int, least: int, seed: int = 0) -> Counter[str]:
-    seen: Counter[str] = Counter()
-    for s in scenarios(count, seed):
-        conforms(s, seen=seen)
-    for what in ("nonzero hit", "deferred", "EAGLE pop", "caps"):
-        assert seen[what] >= least, f"{what}: only {seen[what]} of {seen['examples']}: {seen}"
-    return seen
+    return gen.tally(scenarios(count, seed), conforms,
+                     ("nonzero hit", "deferred", "EAGLE pop", "caps"), least)
 
 
 def test_encoding_v033_conforms_to_model() -> None:
@@ -294,13 +157,9 @@ TAIL_MANY = 1000  # -m conformance (.ci/run)
 def _run_tails(count: int, least: int, seed: int = 0) -> Counter[str]:
     """Partial tails on: forced partial-tail hits (most tail keys stored), with the EAGLE
     proof margin, past a bridge chunk, and deferrals by a key not ready."""
-    seen: Counter[str] = Counter()
-    for s in tail_scenarios(count, seed):
-        conforms(s, seen=seen)
-    for what in ("tail hit", "tail hit, EAGLE margin", "tail hit past a bridge",
-                 "deferred", "EAGLE pop"):
-        assert seen[what] >= least, f"{what}: only {seen[what]} of {seen['examples']}: {seen}"
-    return seen
+    return gen.tally(tail_scenarios(count, seed), conforms,
+                     ("tail hit", "tail hit, EAGLE margin", "tail hit past a bridge",
+                      "deferred", "EAGLE pop"), least)
 
 
 def test_encoding_v033_conforms_with_partial_tails() -> None:
@@ -368,19 +227,7 @@ ENCODING_SABOTAGES = {
 
 def sabotaged(name: str) -> ModuleType:
     """A copy of proofs/encoding_v033.py with one step removed, loaded in-process."""
-    old, new = ENCODING_SABOTAGES[name]
-    source = Path(encoding_v033.__file__).read_text()
-    assert source.count(old) == 1, f"sabotage {name}: the step is no longer written as {old!r}"
-    spec = importlib.util.spec_from_loader(f"sabotaged_v033_{name.replace('-', '_')}",
-                                           loader=None)
-    assert spec is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    try:
-        exec(compile(source.replace(old, new), f"<{name}>", "exec"), mod.__dict__)
-    finally:
-        del sys.modules[spec.name]
-    return mod
+    return sabotaged_copy(encoding_v033, *ENCODING_SABOTAGES[name], f"v033-{name}")
 
 
 def _caught(mod: ModuleType, count: int, tails: bool = False) -> bool:

@@ -17,11 +17,8 @@ cannot be fooled by an unproved assumption; its exact unbounded turn
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import math
 import random
-import sys
 import time
 from collections import Counter
 from dataclasses import replace
@@ -49,10 +46,11 @@ from proofs.layers_v033 import (
     whole_query,
     witness,
 )
+from tests import gen_v033 as gen
+from tests.gen_v033 import SEMANTICS
+from tests.sabotage import sabotaged_copy
 
 ROOT = Path(__file__).resolve().parents[1]
-SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
-             "alt-v033-cap-min")
 LAYOUTS = {
     "pure Mamba": ("mamba",),
     "full attention + Mamba": ("full_attention", "mamba"),
@@ -487,77 +485,14 @@ def test_abstract_turn_is_the_exact_turn(semantics: str, kind: str) -> None:
 # --- conformance of the exact turn to model/ ----------------------------------------------
 
 
-def _some(rng: random.Random, n: int, p: float) -> list[int]:
-    return [i for i in range(n) if rng.random() < p]
-
-
 def scenario_dict(rng: random.Random, semantics: str,
                   kinds: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """A request with any layout of up to 4 groups (several of a kind), biased to the
-    interesting cases: EAGLE, HIT_PENDING and RETRY answers, being-loaded chunks, caps,
-    block sizes that do not divide each other, prefix caching off."""
-    if kinds is None:
-        kinds = tuple(rng.choice(turn_v033.KINDS) for _ in range(rng.randint(1, 4)))
-    unit = rng.choice((1, 1, 2))
-    sizes = [unit * rng.choice((1, 2, 3)) for _ in kinds]
-    mamba = [i for i, k in enumerate(kinds) if k == "mamba"]
-    for i in mamba:  # scheduler.py:153: Mamba align groups share the chunk
-        sizes[i] = sizes[mamba[0]]
-    if rng.random() < 0.3:
-        sizes = [sizes[0]] * len(kinds)
-    bpc = rng.choice((1, 1, 1, 2))
-    caching = rng.random() < 0.85
-    if not caching and mamba and len(kinds) > 1:
-        sizes = [sizes[0]] * len(kinds)
-    prompt = rng.randint(1, 5 * max(sizes) * bpc)
-    lcm = math.lcm(*sizes)
-    computed = 0
-    if caching and prompt > lcm and rng.random() < 0.3:
-        computed = lcm * rng.randint(0, (prompt - 1) // lcm)
-    groups = []
-    for kind, size in zip(kinds, sizes, strict=True):
-        n = prompt // (size * bpc)
-        g: dict[str, Any] = {"kind": kind, "gpu_block_size": size,
-                             "stored": _some(rng, n, rng.choice((0.7, 0.9, 1.0)))}
-        if kind == "sliding_window":
-            g["sliding_window"] = rng.randint(1, 3 * size * bpc)
-        if kind == "mamba":
-            g["mamba_cache_mode"] = "align" if caching else "none"
-        if rng.random() < 0.35:
-            g["eagle"] = True
-        for name, p in (("pending", 0.08), ("deferred", 0.05), ("being_loaded", 0.05)):
-            if rng.random() < 0.4:
-                picked = _some(rng, n, p)
-                if picked:
-                    g[name] = picked
-        groups.append(g)
-    out: dict[str, Any] = {"semantics": semantics, "block_size_factor": 1,
-                           "prompt_tokens": prompt, "num_computed_tokens": computed,
-                           "groups": groups}
-    if bpc != 1:
-        out["blocks_per_chunk"] = bpc
-    if not caching:
-        out["enable_prefix_caching"] = False
-    if rng.random() < 0.04:
-        out["skip_reading_prefix_cache"] = True
-        out["num_computed_tokens"] = 0
-    if rng.random() < 0.04:
-        out["in_flight_transfers"] = True
-    if rng.random() < 0.2:
-        out["max_num_new_tokens"] = rng.randint(0, prompt)
-    if rng.random() < 0.2:
-        out["max_load_tokens"] = rng.randint(0, prompt)
-    return out
+    """A request with any layout of up to 4 groups (several of a kind)."""
+    return gen.chunk_dict(rng, semantics, gen.LAYERS, kinds)
 
 
 def scenarios(count: int, seed: int = 0) -> list[Scenario]:
-    rng = random.Random(seed)
-    out = []
-    while len(out) < count:
-        s = parse_scenario(scenario_dict(rng, SEMANTICS[len(out) % len(SEMANTICS)]))
-        if in_scope(s) and evaluate(s).refused is None:
-            out.append(s)
-    return out
+    return gen.scenarios(scenario_dict, in_scope, count, seed)
 
 
 def conforms(s: Scenario, mod: ModuleType = turn_v033, seen: Counter[str] | None = None
@@ -640,19 +575,7 @@ SABOTAGES = {
 
 def sabotaged(name: str) -> ModuleType:
     """A copy of proofs/turn_v033.py with one step removed, loaded in-process."""
-    old, new = SABOTAGES[name]
-    source = Path(turn_v033.__file__).read_text()
-    assert source.count(old) == 1, f"sabotage {name}: the step is no longer written as {old!r}"
-    spec = importlib.util.spec_from_loader(f"sabotaged_turn_{name.replace('-', '_')}",
-                                           loader=None)
-    assert spec is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    try:
-        exec(compile(source.replace(old, new), f"<{name}>", "exec"), mod.__dict__)
-    finally:
-        del sys.modules[spec.name]
-    return mod
+    return sabotaged_copy(turn_v033, *SABOTAGES[name], f"turn-{name}")
 
 
 EXAMPLES = 12  # the default suite: about a second
@@ -660,12 +583,8 @@ MANY = 1000  # -m conformance (.ci/run)
 
 
 def _run(count: int, least: int, seed: int = 0) -> Counter[str]:
-    seen: Counter[str] = Counter()
-    for s in scenarios(count, seed):
-        conforms(s, seen=seen)
-    for what in ("nonzero hit", "deferred", "EAGLE pop", "several of a kind"):
-        assert seen[what] >= least, f"{what}: only {seen[what]}: {seen}"
-    return seen
+    return gen.tally(scenarios(count, seed), conforms,
+                     ("nonzero hit", "deferred", "EAGLE pop", "several of a kind"), least)
 
 
 def test_turn_v033_conforms_to_model() -> None:

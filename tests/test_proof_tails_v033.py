@@ -16,10 +16,7 @@ exact unbounded steps (``proofs/tail_v033.py``) are pinned to ``model/lookup_v03
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import random
-import sys
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -36,9 +33,9 @@ from model.semantics import get_semantics
 from proofs import tail_layers_v033 as L
 from proofs import tail_v033
 from proofs.conformance_tail_v033 import encode_scenario, in_scope
-
-SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
-             "alt-v033-cap-min")
+from tests import gen_v033 as gen
+from tests.gen_v033 import SEMANTICS
+from tests.sabotage import sabotaged_copy
 
 
 def _check(q: list[z3.BoolRef]) -> z3.CheckSatResult:
@@ -48,7 +45,10 @@ def _check(q: list[z3.BoolRef]) -> z3.CheckSatResult:
     return s.check()
 
 
-@pytest.mark.parametrize("thm", [t for t in L.COVERED if t != "loads-stored-only"])
+# loads-stored-only: slow below; whole-blocks and maximality share these lemmas and loops,
+# their own queries: test_tail_queries_with_preconditions_are_proved
+@pytest.mark.parametrize("thm", [t for t in L.COVERED if t not in (
+    "loads-stored-only", "whole-blocks", "maximality")])
 def test_tail_queries_are_proved(thm: str) -> None:
     for name, build in L.proof_queries(thm):
         assert _check(build()) == z3.unsat, name
@@ -148,70 +148,8 @@ def test_real_partial_tail_layouts_are_instances() -> None:
 # --- conformance of the tail encoding to model/ -------------------------------------------
 
 
-def _some(rng: random.Random, n: int, p: float) -> list[int]:
-    return [i for i in range(n) if rng.random() < p]
-
-
-def scenario_dict(rng: random.Random, semantics: str) -> dict[str, Any]:
-    """A request on a layout with partial tails on: 2-4 full-attention and Mamba align
-    groups of one block size, a hash a half to a quarter of it; each group holds its keys
-    up to a random hash position (often a shared one), a few more and fewer."""
-    n = rng.randint(2, 4)
-    kinds = ["mamba"] + [rng.choice(("full_attention", "mamba")) for _ in range(n - 1)]
-    rng.shuffle(kinds)
-    tph = rng.choice((1, 1, 2))
-    block = tph * rng.randint(2, 4)
-    prompt = rng.randint(1, 4 * block)
-    computed = 0
-    if prompt > block and rng.random() < 0.3:
-        computed = block * rng.randint(0, (prompt - 1) // block)
-    shared = rng.randint(0, prompt // tph) * tph
-    chunks = prompt // block
-    edges = [p for p in range(tph, prompt + 1, tph) if p % block]
-    groups = []
-    for kind in kinds:
-        upto = shared if rng.random() < 0.6 else rng.randint(0, prompt // tph) * tph
-        g: dict[str, Any] = {"kind": kind, "gpu_block_size": block, "stored": [
-            i for i in range(chunks) if (i + 1) * block <= upto or rng.random() < 0.1]}
-        tails = [p for p in edges if (p <= upto and rng.random() < 0.9) or rng.random() < 0.1]
-        if tails:
-            g["stored_tails"] = tails
-            if rng.random() < 0.2:
-                g["pending_tails"] = rng.sample(tails, 1)
-        if edges and rng.random() < 0.1:
-            g["deferred_tails"] = rng.sample(edges, 1)
-        if kind == "mamba":
-            g["mamba_cache_mode"] = "align"
-        if rng.random() < 0.3:
-            g["eagle"] = True
-        for name, p in (("pending", 0.1), ("deferred", 0.05), ("being_loaded", 0.1)):
-            picked = _some(rng, chunks, p) if rng.random() < 0.3 else []
-            if picked:
-                g[name] = picked
-        groups.append(g)
-    out: dict[str, Any] = {"semantics": semantics, "block_size_factor": 1,
-                           "hash_block_size": tph, "prompt_tokens": prompt,
-                           "num_computed_tokens": computed, "groups": groups}
-    if rng.random() < 0.04:
-        out["skip_reading_prefix_cache"] = True
-        out["num_computed_tokens"] = 0
-    if rng.random() < 0.04:
-        out["in_flight_transfers"] = True
-    if rng.random() < 0.2:
-        out["max_num_new_tokens"] = rng.randint(0, prompt)
-    if rng.random() < 0.2:
-        out["max_load_tokens"] = rng.randint(0, prompt)
-    return out
-
-
 def scenarios(count: int, seed: int = 0) -> list[Scenario]:
-    rng = random.Random(seed)
-    out: list[Scenario] = []
-    while len(out) < count:
-        s = parse_scenario(scenario_dict(rng, SEMANTICS[len(out) % len(SEMANTICS)]))
-        if in_scope(s) and evaluate(s).refused is None:
-            out.append(s)
-    return out
+    return gen.scenarios(gen.tail_groups_dict, in_scope, count, seed)
 
 
 def conforms(s: Scenario, mod: ModuleType = tail_v033, seen: Counter[str] | None = None
@@ -262,24 +200,15 @@ SABOTAGES = {
     "eagle-hash-cap": ("    mb = z3.If(tc.margin_on, zmin(mb, hashed - tph), mb)", ""),
     # scheduler.py:1150: a pending key defers a request with no complete hit
     "deferral": ("z3.And(z3.Not(tail), st.pending, complete_hit == 0)", "z3.BoolVal(False)"),
+    # model/invariants.py whole_blocks: a partial-tail hit ends inside a block by design
+    "whole-blocks-tail": ("z3.And(active(a), z3.Not(a.tail), a.hit < tc.block)",
+                          "z3.And(active(a), a.hit < tc.block)"),
 }
 
 
 def sabotaged(name: str) -> ModuleType:
     """A copy of proofs/tail_v033.py with one step removed, loaded in-process."""
-    old, new = SABOTAGES[name]
-    source = Path(tail_v033.__file__).read_text()
-    assert source.count(old) == 1, f"sabotage {name}: the step is no longer written as {old!r}"
-    spec = importlib.util.spec_from_loader(f"sabotaged_tail_{name.replace('-', '_')}",
-                                           loader=None)
-    assert spec is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    try:
-        exec(compile(source.replace(old, new), f"<{name}>", "exec"), mod.__dict__)
-    finally:
-        del sys.modules[spec.name]
-    return mod
+    return sabotaged_copy(tail_v033, *SABOTAGES[name], f"tail-{name}")
 
 
 EXAMPLES = 3  # the default suite: about a second
@@ -287,12 +216,8 @@ MANY = 300  # -m conformance (.ci/run)
 
 
 def _run(count: int, least: int, seed: int = 0) -> Counter[str]:
-    seen: Counter[str] = Counter()
-    for s in scenarios(count, seed):
-        conforms(s, seen=seen)
-    for what in ("tail hit", "EAGLE margin", "several Mamba groups"):
-        assert seen[what] >= least, f"{what}: only {seen[what]}: {seen}"
-    return seen
+    return gen.tally(scenarios(count, seed), conforms,
+                     ("tail hit", "EAGLE margin", "several Mamba groups"), least)
 
 
 def test_tail_v033_conforms_to_model() -> None:
@@ -308,10 +233,11 @@ def test_tail_v033_conforms_to_model_many() -> None:
 
 
 # what the conformance check reports for a sabotage (default: a different hit)
-MISMATCH = {"eagle-hash-cap": "encoding: a partial-tail key past the request's hashes"}
+MISMATCH = {"eagle-hash-cap": "encoding: a partial-tail key past the request's hashes",
+            "whole-blocks-tail": "violations"}
 
 # the default suite runs four (a second); -m slow the others
-QUICK = ("bridge-miss", "deferral", "eagle-hash-cap", "new-tokens-cap")
+QUICK = ("bridge-miss", "deferral", "eagle-hash-cap", "new-tokens-cap", "whole-blocks-tail")
 
 
 @pytest.mark.parametrize("name", [n if n in QUICK else pytest.param(n, marks=pytest.mark.slow)
@@ -350,7 +276,7 @@ def test_weakened_key_lemma_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("thm", ["no-partial-state", "leaves-last-token",
-                                 "loads-stored-only"])
+                                 "loads-stored-only", "whole-blocks", "maximality"])
 def test_check_routes_tails_through_the_layered_proof(thm: str) -> None:
     """``proofs.check`` answers the 0.33.0 rows from both layered proofs: the scope says
     partial tails on or off, and no bounded scope is left."""
@@ -359,6 +285,7 @@ def test_check_routes_tails_through_the_layered_proof(thm: str) -> None:
     v = check(thm, "vllm-0.33.0", 300_000)
     assert v.status == "PROVED", v.note
     assert v.scope is not None and "partial tails on or off" in v.scope
+    assert v.tails_bounded is None
     o = evaluate(parse_scenario(L.witness(get_semantics("vllm-0.33.0")).scenario or {}))
     assert o.tail_boundary is not None and not o.violations
     assert "bounded" not in v.note and "tail_layers_v033" in v.note
@@ -390,3 +317,87 @@ def test_confirmed_hits_kept_needs_own_entry(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(tail_v033, "hit_ends_after", every)
     assert _check(L.confirmed_hits_kept_query("full_attention", sem)) == z3.sat
+
+
+# --- whole-blocks and maximality with partial tails on -----------------------------------
+
+PRE = {"whole-blocks": ("full-chunk-within-windowed",),
+       "maximality": ("no-eagle", "caps-reach-prompt")}
+
+
+@pytest.mark.parametrize("thm", sorted(PRE))
+def test_tail_queries_with_preconditions_are_proved(thm: str) -> None:
+    """Their answer queries and the layouts query under the theorem's preconditions (the
+    lemmas and loops are the other theorems': ``test_tail_queries_are_proved``)."""
+    sem = get_semantics("vllm-0.33.0")
+    for name, build in L.proof_queries(thm, sem, PRE[thm]):
+        if name.startswith(("layouts", thm)):
+            assert _check(build()) == z3.unsat, name
+
+
+def test_tail_maximality_premises_hold() -> None:
+    for kind in (tail_v033.FA, tail_v033.MAMBA):
+        for tail in (True, False):
+            assert _check(L.maximality_query(kind, tail, negated=False)) == z3.sat
+
+
+def test_tail_maximality_needs_the_loop_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without what the tails-off maximality loop leaves (a deferral or
+    max_hit_size_tokens at or above the valid hit) neither answer is maximal."""
+    from proofs import maximality_layers_v033 as MX
+
+    monkeypatch.setattr(MX, "loop_done", lambda halted, defer, m, c: z3.BoolVal(True))
+    for tail in (True, False):
+        assert _check(L.maximality_query("mamba", tail)) == z3.sat, tail
+
+
+def test_tail_maximality_needs_the_search_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search summary that forgets the boundary is past the complete boundary lets a
+    partial-tail hit fall below the complete (so below a valid) hit."""
+    assert _check(L.maximality_query("full_attention", True)) == z3.unsat
+
+    def weak(pro: Any, mbp: Any, bp: Any, st: Any) -> z3.BoolRef:
+        return z3.Implies(st.found, st.chosen <= mbp)
+
+    monkeypatch.setattr(L, "scan_summary", weak)
+    assert _check(L.maximality_query("full_attention", True)) == z3.sat
+
+
+def test_tail_layouts_take_no_eagle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Layouts with partial tails on may have EAGLE groups: the tails-off maximality proof
+    covers them only with no-eagle taken as a premise (a layouts query that claimed every
+    such layout keeps it turns red); the preconditions they do keep are shown, not
+    taken."""
+    pre = PRE["maximality"]
+    assert _check(L.layouts_query(pre)) == z3.unsat
+    monkeypatch.setattr(L, "TAILS_KEEP", (*L.TAILS_KEEP, "no-eagle"))
+    assert _check(L.layouts_query(pre)) == z3.sat
+
+
+def test_whole_blocks_tail_hit_is_excluded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partial-tail hit ends inside a block by design: counted as a violation (the
+    sabotage), the tail query turns red."""
+    q = L.final_query("whole-blocks", "mamba", True)
+    assert _check(q) == z3.unsat
+    monkeypatch.setitem(tail_v033.VIOLATIONS, "whole-blocks",
+                        lambda enc, tc, a: z3.And(tail_v033.active(a), a.hit < tc.block))
+    assert _check(L.final_query("whole-blocks", "mamba", True)) == z3.sat
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("semantics", SEMANTICS)
+@pytest.mark.parametrize("thm", sorted(PRE))
+def test_tail_witness_with_preconditions(thm: str, semantics: str) -> None:
+    """whole-blocks' and maximality's premises with partial tails on admit a partial-tail
+    hit that restores a Mamba state (maximality: beside a valid hit, no EAGLE group)."""
+    pre = ("no-eagle",) if semantics == "alt-v033-cap-min" and thm == "maximality" \
+        else PRE[thm]
+    w = L.witness(get_semantics(semantics), 60_000, thm, pre)
+    assert w.found, w.note
+    assert w.scenario is not None
+    s = parse_scenario(w.scenario)
+    o = evaluate(s)
+    assert o.tail_boundary is not None and o.hit_tokens == w.hit
+    if thm == "maximality":
+        assert w.valid_hit is not None and 1 <= w.valid_hit <= w.hit
+        assert not any(g.eagle for g in s.groups)

@@ -14,8 +14,9 @@ from proofs.encoding_v033 import SCOPE
 
 
 def test_scope_is_named_in_every_verdict() -> None:
-    v = check_v033.check("whole-blocks", "vllm-0.33.0", ("same-block-size",))
-    assert v.status == "PROVED" and SCOPE.words() in v.note
+    v = check_v033.check("whole-blocks", "vllm-0.33.0", ("same-block-size",),
+                         tails_only=True)  # the bounded verdict the report has left
+    assert v.status == "PROVED" and SCOPE.words() in v.note and "termination" in v.note
 
 
 @pytest.mark.slow
@@ -80,3 +81,68 @@ def test_partial_tail_templates_admit_a_partial_tail_hit() -> None:
     w = check_v033.witness("no-partial-state", "vllm-0.33.0", (), tail=True)
     assert w.found and w.hit > 0 and w.scenario is not None, w.note
     assert w.scenario["hash_block_size"] < w.scenario["groups"][0]["gpu_block_size"]
+
+
+@pytest.mark.parametrize("tails_only", [True, False])
+def test_bounded_proof_needs_the_pass_bound_over_its_templates(
+        monkeypatch: pytest.MonkeyPatch, tails_only: bool) -> None:
+    """A bounded PROVED verdict rests on the pass bound: check_v033.check asks
+    ``termination`` over exactly its own templates, and without that bound proved it says
+    UNKNOWN, never PROVED (sabotage: the termination search answers a counterexample)."""
+    asked: list[tuple[str, bool]] = []
+
+    def fake(thm: str, sem: object, assumed: object, timeout_ms: int, scope: object,
+             tails: bool) -> check_v033.Verdict33:
+        asked.append((thm, tails))
+        return check_v033.Verdict33("COUNTEREXAMPLE" if thm == "termination" else "PROVED",
+                                    0.0, {"semantics": "vllm-0.33.0"} if thm == "termination"
+                                    else None)
+
+    monkeypatch.setattr(check_v033, "counterexample", fake)
+    monkeypatch.setattr(check_v033, "_PASS_BOUND", {})
+    v = check_v033.check("whole-blocks", "vllm-0.33.0", (), tails_only=tails_only)
+    assert v.status == "UNKNOWN" and v.counterexample is None, v
+    assert "pass bound" in v.note and asked == [("whole-blocks", tails_only),
+                                                ("termination", tails_only)]
+    # a counterexample stands without it (replayed through model/): no termination query
+    asked.clear()
+    monkeypatch.setattr(check_v033, "counterexample", lambda *a: (
+        asked.append((a[0], a[5])), check_v033.Verdict33("COUNTEREXAMPLE", 0.0, {}))[1])
+    assert check_v033.check("whole-blocks", "vllm-0.33.0", ()).status == "COUNTEREXAMPLE"
+    assert asked == [("whole-blocks", False)]
+
+
+def test_every_bounded_proof_in_the_report_names_its_pass_bound() -> None:
+    """Every bounded PROVED verdict of docs/report.json (bounded, or bounded with partial
+    tails on) says termination was proved over its own layouts (check_v033.check)."""
+    import json
+    from pathlib import Path
+
+    rows = json.loads((Path(__file__).resolve().parent.parent / "docs" / "report.json")
+                      .read_text())["results"]
+    bounded = [r for r in rows if r["status"] == "PROVED"
+               and (r["bounded"] or r["tails_bounded"])]
+    for r in bounded:
+        assert "(termination over the same layouts: every run ends within them)" in \
+            r["note"], (r["theorem"], r["semantics"])
+
+
+def test_a_bounded_proof_does_not_match_holds() -> None:
+    """``holds`` asks for every layout the release accepts: a 0.33.0 PROVED from the
+    bounded encoding (no layered scope) or with its partial-tail layouts bounded does
+    not match it (e.g. a layered query out of time on a loaded machine falls back to the
+    bounded check), while the layered verdict and an older release's proof do."""
+    from proofs.check import Verdict
+    from proofs.report import Row
+    from proofs.witness import Witness
+
+    found = Witness(True, 0.0)
+    every = Verdict("PROVED", 0.0, scope="every layout 0.33.0 accepts")
+    assert Row("termination", "vllm-0.33.0", every, "holds", (), found).matches
+    assert Row("termination", "vllm-0.24.0", Verdict("PROVED", 0.0), "holds", (),
+               found).matches
+    for weaker in (Verdict("PROVED", 0.0),
+                   Verdict("PROVED", 0.0, scope="every layout; tails bounded",
+                           tails_bounded="up to 3 groups")):
+        row = Row("termination", "vllm-0.33.0", weaker, "holds", (), found)
+        assert not row.matches

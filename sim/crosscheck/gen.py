@@ -16,9 +16,12 @@ Mamba groups of different sizes, hash_block_size overrides).
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hseed
 from hypothesis import strategies as st
 
 from model.scenario import Scenario, parse_scenario, scenario_to_json
@@ -265,3 +268,23 @@ def _classic_dicts(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
 
 def scenarios(semantics: str = "vllm-0.24.0") -> st.SearchStrategy[Scenario]:
     return scenario_dicts(semantics).map(parse_scenario)
+
+
+def distinct(semantics: str, n: int, seed: int = 0) -> list[Scenario]:
+    """``n`` distinct scenarios of ``scenarios(semantics)`` in the order drawn, the same on
+    every run: Hypothesis batches seeded ``seed``, ``seed + 1``, ... (100 at most)."""
+    out: dict[str, Scenario] = {}
+    for batch in range(100):
+        if len(out) >= n:
+            break
+
+        @settings(max_examples=max(50, (n - len(out)) * 3 // 2), deadline=None,
+                  database=None, suppress_health_check=list(HealthCheck),
+                  phases=[Phase.generate])
+        @given(scenarios(semantics))
+        def collect(s: Scenario) -> None:
+            if len(out) < n:
+                out.setdefault(json.dumps(scenario_to_json(s), sort_keys=True), s)
+
+        hseed(seed + batch)(collect)()
+    return list(out.values())

@@ -32,27 +32,10 @@ KEPT = ("refused", "hit", "lookups", "loads", "copies", "load_error", "lookup_er
 
 def draw(version: str, n: int) -> list[Scenario]:
     """``n`` distinct generated scenarios for ``version``, the same on every run."""
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hseed
-
-    from sim.crosscheck.gen import scenarios
+    from sim.crosscheck.gen import distinct
     from sim.crosscheck.mapping import semantics_for
 
-    out: dict[str, Scenario] = {}
-    for batch in range(100):
-        if len(out) >= n:
-            break
-
-        @settings(max_examples=max(50, (n - len(out)) * 3 // 2), deadline=None,
-                  database=None, suppress_health_check=list(HealthCheck),
-                  phases=[Phase.generate])
-        @given(scenarios(semantics_for(version)))
-        def collect(s: Scenario) -> None:
-            if len(out) < n:
-                out.setdefault(json.dumps(scenario_to_json(s), sort_keys=True), s)
-
-        hseed(batch)(collect)()
-    return list(out.values())
+    return distinct(semantics_for(version), n)
 
 
 def record(real: Any, s: Scenario) -> dict[str, Any]:

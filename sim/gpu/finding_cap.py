@@ -33,7 +33,6 @@ saved at) and the output tokens, and whether they equal the cold run's.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -47,67 +46,32 @@ CAP = 32
 MAX_TOKENS = 12
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, ROOT)
+from sim.gpu import probe_v033  # noqa: E402
 
 
-class Probe:
+class Probe(probe_v033.Probe):
     """Records the connector's answers and what the scheduler loaded."""
 
     def __init__(self) -> None:
-        self.sched: Any = None
+        super().__init__()
         self.lookups: list[dict[str, Any]] = []
         self.loads: list[dict[str, Any]] = []
-        self.keys: dict[str, list[list[tuple[bytes, int]]]] = {}
 
-    def install(self, sched_mod: Any) -> None:
-        cls = sched_mod.OffloadingConnectorScheduler
-        probe = self
-        init, lookup, alloc = (cls.__init__, cls.get_num_new_matched_tokens,
-                               cls.update_state_after_alloc)
+    def on_lookup(self, request: Any, num_computed: int, hit: Any, st: Any) -> None:
+        self.lookups.append({"request": request.request_id, "prompt": request.num_tokens,
+                             "num_computed": num_computed, "hit": hit,
+                             "max_load_tokens": getattr(st, "max_load_tokens", None)})
 
-        def _init(self: Any, *a: Any, **k: Any) -> None:
-            init(self, *a, **k)
-            probe.sched = self
-
-        def _lookup(self: Any, request: Any, num_computed: int, *a: Any, **k: Any) -> Any:
-            out = lookup(self, request, num_computed, *a, **k)
-            st = self._req_status.get(request.request_id)
-            probe.lookups.append({"request": request.request_id, "prompt": request.num_tokens,
-                                  "num_computed": num_computed, "hit": out[0],
-                                  "max_load_tokens": getattr(st, "max_load_tokens", None)})
-            if st is not None:
-                probe.keys[request.request_id] = [
-                    [(key, st.req_context.get_offload_key_position(key))
-                     for key in gs.offload_keys] for gs in st.group_states]
-            return out
-
-        def _alloc(self: Any, request: Any, blocks: Any, num_external: int) -> Any:
-            out = alloc(self, request, blocks, num_external)
-            st = self._req_status.get(request.request_id)
-            rec: dict[str, Any] = {"request": request.request_id,
-                                   "num_external_tokens": num_external}
-            if num_external and st is not None:
-                from vllm.v1.kv_offload.base import get_offload_group_idx
-                mamba = {c.group_idx for c in self.config.kv_group_configs
-                         if c.requires_cow_source}
-                rec["mamba_loads"] = [
-                    {"serves": [s, e], "state_at": st.req_context.get_offload_key_position(k)}
-                    for s, e, k in st.load_key_ranges if get_offload_group_idx(k) in mamba]
-            probe.loads.append(rec)
-            return out
-
-        cls.__init__ = _init
-        cls.get_num_new_matched_tokens = _lookup
-        cls.update_state_after_alloc = _alloc
-
-    def held(self, req_id: str) -> list[str]:
-        """The request's keys the CPU tier holds now, as group:token the key ends at."""
-        chunks = self.sched.manager._policy.chunks
-        return [f"{g}:{pos}" for g, group in enumerate(self.keys.get(req_id, []))
-                for key, pos in group if key in chunks]
+    def on_alloc(self, sched: Any, request: Any, num_external: int, st: Any) -> None:
+        rec: dict[str, Any] = {"request": request.request_id,
+                               "num_external_tokens": num_external}
+        if num_external and st is not None:
+            rec["mamba_loads"] = self.mamba_loads(sched, st)
+        self.loads.append(rec)
 
 
 def build_model(model_dir: str) -> None:
-    sys.path.insert(0, ROOT)
     from sim.gpu.driver import build_model as build
 
     build("mamba", 0, model_dir)
@@ -119,9 +83,7 @@ def run(out_path: str, fix: str | None) -> int:
                               "steps": {}, "error": None}
 
     def dump() -> None:
-        result["seconds"] = round(time.monotonic() - t0, 1)
-        with open(out_path, "w") as f:
-            json.dump(result, f, indent=1)
+        probe_v033.dump(result, out_path, t0)
 
     probe = Probe()
     try:
@@ -152,14 +114,7 @@ def run(out_path: str, fix: str | None) -> int:
                       kv_connector="OffloadingConnector", kv_role="kv_both",
                       kv_connector_extra_config={"cpu_bytes_to_use": 1 << 30,
                                                  "block_size": 16}))
-        cfg = probe.sched.config
-        result["layout"] = {
-            "offload_groups": [{"group": c.group_idx, "tokens_per_chunk": c.tokens_per_chunk,
-                                "mamba": c.requires_cow_source}
-                               for c in cfg.kv_group_configs],
-            "tokens_per_hash": cfg.tokens_per_hash,
-            "mamba_align_size": probe.sched._mamba_align_size,
-        }
+        result["layout"] = probe.layout()
         dump()
 
         def gen(extra: dict[str, Any] | None) -> list[int]:
@@ -170,12 +125,9 @@ def run(out_path: str, fix: str | None) -> int:
             return list(o.outputs[0].token_ids)
 
         def reset() -> None:
-            deadline = time.monotonic() + 30
-            while not llm.reset_prefix_cache(reset_connector=False):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("reset_prefix_cache did not succeed in 30 s")
-                llm.generate([TokensPrompt(prompt_token_ids=[0])],
-                             SamplingParams(max_tokens=1, detokenize=False), use_tqdm=False)
+            probe_v033.reset_prefix_cache(llm, False, lambda: llm.generate(
+                [TokensPrompt(prompt_token_ids=[0])],
+                SamplingParams(max_tokens=1, detokenize=False), use_tqdm=False))
 
         def step(name: str, extra: dict[str, Any] | None, cold: list[int] | None) -> list[int]:
             n_lookups, n_loads = len(probe.lookups), len(probe.loads)
@@ -196,13 +148,13 @@ def run(out_path: str, fix: str | None) -> int:
         reset()
         # what the CPU tier holds of the prompt: in align mode a prefill saves the Mamba
         # state only at its last aligned boundary (32), not at 16
-        result["tier_held_after_cold"] = probe.held(probe.lookups[0]["request"])
+        result["tier_held_after_cold"] = probe.held(
+            probe.keys.get(probe.lookups[0]["request"], []))
         step("cap32", {"kv_transfer_params": {"max_load_tokens": CAP}}, cold)
         reset()
         step("nocap", None, cold)
     except Exception as e:
-        result["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        result["traceback"] = traceback.format_exc()[-3000:]
+        probe_v033.record_error(result, e)
         dump()
         traceback.print_exc()
         return 1
@@ -215,9 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--fix", default=None, choices=("003",))
     args = ap.parse_args(argv)
-    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0":
-        print("error: set VLLM_ENABLE_V1_MULTIPROCESSING=0 (the probe needs the engine "
-              "in this process)", file=sys.stderr)
+    if not probe_v033.in_process():
         return 2
     return run(args.out, args.fix)
 

@@ -46,6 +46,10 @@ import time
 import traceback
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+from sim.gpu import probe_v033  # noqa: E402
+
 SCHEMA = "finding-swa/1"
 TIER_CHUNKS = 7
 DECLARED_BLOCKS = [16, 32, 64]  # FlashInfer's, outside Blackwell (flashinfer.py:603)
@@ -88,59 +92,26 @@ def build(model_dir: str, seed: int) -> None:
     print(f"saved {model_dir}")
 
 
-class Probe:
+class Probe(probe_v033.Probe):
     """Records the connector's answers and the Mamba keys its loads restore."""
 
     def __init__(self) -> None:
-        self.sched: Any = None
+        super().__init__()
         self.hits: dict[str, list[tuple[int, Any]]] = {}
-        self.mamba_loads: dict[str, list[dict[str, Any]]] = {}
-        self.keys: dict[str, list[list[tuple[bytes, int]]]] = {}
+        self.mamba_loads_of: dict[str, list[dict[str, Any]]] = {}
 
-    def install(self, sched_mod: Any) -> None:
-        cls = sched_mod.OffloadingConnectorScheduler
-        probe = self
-        init, lookup, alloc = (cls.__init__, cls.get_num_new_matched_tokens,
-                               cls.update_state_after_alloc)
+    def on_lookup(self, request: Any, num_computed: int, hit: Any, st: Any) -> None:
+        self.hits.setdefault(request.request_id, []).append((num_computed, hit))
 
-        def _init(self: Any, *a: Any, **k: Any) -> None:
-            init(self, *a, **k)
-            probe.sched = self
+    def on_alloc(self, sched: Any, request: Any, num_external: int, st: Any) -> None:
+        if num_external and st is not None:
+            self.mamba_loads_of[request.request_id] = self.mamba_loads(sched, st)
 
-        def _lookup(self: Any, request: Any, num_computed: int, *a: Any, **k: Any) -> Any:
-            out = lookup(self, request, num_computed, *a, **k)
-            probe.hits.setdefault(request.request_id, []).append((num_computed, out[0]))
-            st = self._req_status.get(request.request_id)
-            if st is not None:
-                probe.keys[request.request_id] = [
-                    [(key, st.req_context.get_offload_key_position(key))
-                     for key in gs.offload_keys] for gs in st.group_states]
-            return out
-
-        def _alloc(self: Any, request: Any, blocks: Any, num_external: int) -> Any:
-            out = alloc(self, request, blocks, num_external)
-            st = self._req_status.get(request.request_id)
-            if num_external and st is not None:
-                mamba = {c.group_idx for c in self.config.kv_group_configs
-                         if c.requires_cow_source}
-                from vllm.v1.kv_offload.base import get_offload_group_idx
-                probe.mamba_loads[request.request_id] = [
-                    {"serves": [s, e], "state_at": st.req_context.get_offload_key_position(k)}
-                    for s, e, k in st.load_key_ranges if get_offload_group_idx(k) in mamba]
-            return out
-
-        cls.__init__ = _init
-        cls.get_num_new_matched_tokens = _lookup
-        cls.update_state_after_alloc = _alloc
-
-    def held(self, req_id: str) -> list[str]:
+    def held_of(self, req_id: str) -> list[str]:
         """A request's keys the CPU tier holds now, as group:position (the engine
         appends a suffix to the request id)."""
-        chunks = self.sched.manager._policy.chunks
         ids = [r for r in self.keys if r == req_id or r.startswith(req_id + "-")]
-        keys = self.keys[ids[-1]] if ids else []
-        return [f"{g}:{pos}" for g, group in enumerate(keys)
-                for key, pos in group if key in chunks]
+        return self.held(self.keys[ids[-1]] if ids else [])
 
 
 def run(model_dir: str, out_path: str) -> int:
@@ -150,9 +121,7 @@ def run(model_dir: str, out_path: str) -> int:
                               "tier_chunks": TIER_CHUNKS, "scenarios": {}, "error": None}
 
     def dump() -> None:
-        result["seconds"] = round(time.monotonic() - t0, 1)
-        with open(out_path, "w") as f:
-            json.dump(result, f, indent=1)
+        probe_v033.dump(result, out_path, t0)
 
     probe = Probe()
     try:
@@ -190,17 +159,8 @@ def run(model_dir: str, out_path: str) -> int:
                       kv_connector="OffloadingConnector", kv_role="kv_both",
                       kv_connector_extra_config={"cpu_bytes_to_use": 1 << 30,
                                                  "blocks_per_chunk": 1}))
-        cfg = probe.sched.config
-        result["layout"] = {
-            "offload_groups": [{"group": c.group_idx, "tokens_per_chunk": c.tokens_per_chunk,
-                                "sliding_window_size_in_chunks":
-                                    c.sliding_window_size_in_chunks,
-                                "mamba": c.requires_cow_source}
-                               for c in cfg.kv_group_configs],
-            "tokens_per_hash": cfg.tokens_per_hash,
-            "mamba_align_size": probe.sched._mamba_align_size,
-            "tier_capacity": probe.sched.manager._policy.cache_capacity,
-        }
+        result["layout"] = {**probe.layout(sliding=True),
+                            "tier_capacity": probe.sched.manager._policy.cache_capacity}
         dump()
         engine = llm.llm_engine
         greedy = dict(temperature=0.0, ignore_eos=True, detokenize=False)
@@ -221,11 +181,7 @@ def run(model_dir: str, out_path: str) -> int:
             return list(o.outputs[0].token_ids)
 
         def reset(connector: bool = False) -> None:
-            deadline = time.monotonic() + 30
-            while not llm.reset_prefix_cache(reset_connector=connector):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("reset_prefix_cache did not succeed in 30 s")
-                gen([0], 1)
+            probe_v033.reset_prefix_cache(llm, connector, lambda: gen([0], 1))
 
         # control: no eviction, an aligned hit
         cold = gen(P_CONTROL)
@@ -243,11 +199,11 @@ def run(model_dir: str, out_path: str) -> int:
         engine.add_request("tick", TokensPrompt(prompt_token_ids=[1]),
                            SamplingParams(max_tokens=1, **greedy))
         until_done({"tick"})
-        held_a = probe.held("A")
+        held_a = probe.held_of("A")
         engine.add_request("B", TokensPrompt(prompt_token_ids=Q_OTHER),
                            SamplingParams(max_tokens=1, **greedy))
         until_done({"B"})
-        held_b = probe.held("A")
+        held_b = probe.held_of("A")
         reset()
         hot = gen(P_EVICT)
         sc = scenario(probe, outs["A"], hot, "A")
@@ -260,8 +216,7 @@ def run(model_dir: str, out_path: str) -> int:
         result["scenarios"]["recompute"] = {"equal_to_cold": again == outs["A"],
                                             "tokens": again}
     except Exception as e:
-        result["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        result["traceback"] = traceback.format_exc()[-3000:]
+        probe_v033.record_error(result, e)
         dump()
         traceback.print_exc()
         return 1
@@ -274,7 +229,7 @@ def scenario(probe: Probe, cold: list[int], hot: list[int], _: str | None) -> di
     first_diff = next((i for i, (x, y) in enumerate(zip(cold, hot, strict=False)) if x != y),
                       None)
     return {"hot_request": req_id, "lookups": probe.hits.get(req_id),
-            "mamba_loads": probe.mamba_loads.get(req_id),
+            "mamba_loads": probe.mamba_loads_of.get(req_id),
             "equal": cold == hot, "first_diff": first_diff,
             "cold_tokens": cold, "hot_tokens": hot}
 
@@ -292,9 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "build":
         build(args.model_dir, args.seed)
         return 0
-    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0":
-        print("error: set VLLM_ENABLE_V1_MULTIPROCESSING=0 (the probe needs the engine "
-              "in this process)", file=sys.stderr)
+    if not probe_v033.in_process():
         return 2
     return run(args.model_dir, args.out)
 

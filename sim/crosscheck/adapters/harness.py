@@ -30,11 +30,9 @@ file serves 0.23.0 and 0.24.0.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-import traceback
 from typing import Any
 
 # The protocol uses the process's original stdout; everything vLLM prints goes to stderr.
@@ -46,6 +44,7 @@ os.environ.setdefault("PYTHONHASHSEED", "0")
 
 import torch  # noqa: E402
 import vllm  # noqa: E402
+from harness_protocol import err, serve  # noqa: E402  (this folder)
 from vllm.config import (  # noqa: E402
     CacheConfig,
     DeviceConfig,
@@ -219,17 +218,6 @@ def make_request(case: dict[str, Any], vllm_config: Any, kv_cache_config: Any,
     return request
 
 
-def _err(e: BaseException) -> str:
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    tb = traceback.extract_tb(e.__traceback__)
-    where = ""
-    for fr in reversed(tb):
-        if "/vllm/" in fr.filename:  # the release's site-packages or a PR check overlay
-            where = f" at vllm/{fr.filename.rsplit('/vllm/', 1)[1]}:{fr.lineno}"
-            break
-    return f"{type(e).__name__}{where}: {msg}"
-
-
 def setup(case: dict[str, Any]) -> tuple[Any, Any, Any, ScenarioManager, Any]:
     """Config, spec and scheduler; raises on a start-up refusal."""
     vllm_config, kv_cache_config = build_configs(case)
@@ -255,7 +243,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     try:
         vllm_config, kv_cache_config, spec, manager, scheduler = setup(case)
     except (AssertionError, ValueError, TypeError) as e:
-        out["refused"] = _err(e)
+        out["refused"] = err(e)
         return out
     request = make_request(case, vllm_config, kv_cache_config)
     names = offload_keys(spec, request)
@@ -282,7 +270,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     try:
         hit, load_async = scheduler.get_num_new_matched_tokens(request, num_computed)
     except AssertionError as e:
-        out["lookup_error"] = _err(e)
+        out["lookup_error"] = err(e)
         hit, load_async = None, False
     out["t_lookup"] = time.perf_counter() - t0
     out["hit"] = hit
@@ -350,7 +338,7 @@ def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: Sc
         before = set(scheduler._current_batch_load_jobs)
         scheduler.update_state_after_alloc(request, kvm.get_blocks(request.request_id), hit)
     except AssertionError as e:
-        return {"load_error": _err(e)}
+        return {"load_error": err(e)}
     new_jobs = [j for j in scheduler._current_batch_load_jobs if j not in before]
     copies: list[list[list[int]]] | None = None
     if len(new_jobs) == 1:
@@ -360,7 +348,7 @@ def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: Sc
         try:
             copies = worker_copies(dst_spec, manager, spec.block_size_factor, table)
         except AssertionError as e:
-            return {"load_error": "worker: " + _err(e)}
+            return {"load_error": "worker: " + err(e)}
     loads: list[list[Any]] = [[g, []] for g in range(len(case["groups"]))]
     unknown = 0
     for key in manager.loaded or []:
@@ -445,26 +433,7 @@ def bench(case: dict[str, Any], n: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        msg = json.loads(line)
-        op = msg.get("op")
-        try:
-            if op == "info":
-                reply: dict[str, Any] = {"version": VERSION,
-                                         "scheduler_file": sched_mod.__file__}
-            elif op == "run":
-                reply = run_case(msg["case"])
-            elif op == "bench":
-                reply = bench(msg["case"], int(msg["n"]))
-            elif op == "quit":
-                break
-            else:
-                reply = {"error": f"unknown op {op!r}"}
-        except Exception as e:  # report, keep serving
-            reply = {"error": _err(e), "traceback": traceback.format_exc()}
-        _PROTO.write(json.dumps(reply) + "\n")
+    serve(_PROTO, {"version": VERSION, "scheduler_file": sched_mod.__file__}, run_case, bench)
 
 
 if __name__ == "__main__":

@@ -25,12 +25,10 @@ group (``make_offload_key``), for every hash position of the prompt.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
 import time
-import traceback
 from types import SimpleNamespace
 from typing import Any
 
@@ -42,6 +40,7 @@ os.environ.setdefault("PYTHONHASHSEED", "0")
 
 import torch  # noqa: E402
 import vllm  # noqa: E402
+from harness_protocol import err, serve  # noqa: E402  (this folder)
 from vllm.config import (  # noqa: E402
     CacheConfig,
     DeviceConfig,
@@ -219,17 +218,6 @@ def make_request(case: dict[str, Any], vllm_config: Any, kv_cache_config: Any,
     )
 
 
-def _err(e: BaseException) -> str:
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    tb = traceback.extract_tb(e.__traceback__)
-    where = ""
-    for fr in reversed(tb):
-        if "/vllm/" in fr.filename:  # the release's site-packages or a PR check overlay
-            where = f" at vllm/{fr.filename.rsplit('/vllm/', 1)[1]}:{fr.lineno}"
-            break
-    return f"{type(e).__name__}{where}: {msg}"
-
-
 def _model_config(case: dict[str, Any]) -> Any:
     """The stand-in model config (see the module doc)."""
     return SimpleNamespace(model="crosscheck", dtype=torch.float16, use_mla=False,
@@ -276,7 +264,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     try:
         vllm_config, kv_cache_config, spec, manager, scheduler = setup(case)
     except (AssertionError, ValueError, TypeError) as e:
-        out["refused"] = _err(e)
+        out["refused"] = err(e)
         return out
     request = make_request(case, vllm_config, kv_cache_config)
     names = key_names(scheduler, request)
@@ -300,7 +288,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         hit, load_async = scheduler.get_num_new_matched_tokens(
             request, num_computed, max_num_new_tokens=case.get("max_num_new_tokens"))
     except AssertionError as e:
-        out["lookup_error"] = _err(e)
+        out["lookup_error"] = err(e)
         hit, load_async = None, False
     out["t_lookup"] = time.perf_counter() - t0
     out["hit"] = hit
@@ -363,7 +351,7 @@ def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: Sc
             return {"load_error": "allocate_slots returned None (pool too small)"}
         scheduler.update_state_after_alloc(request, kvm.get_blocks(request.request_id), hit)
     except AssertionError as e:
-        return {"load_error": _err(e)}
+        return {"load_error": err(e)}
     # the GPU side the worker copies into (GPULoadStoreSpec: blocks per group, first index)
     jobs = list(scheduler._current_batch_load_jobs.values())
     gpu = None
@@ -401,26 +389,8 @@ def bench(case: dict[str, Any], n: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        msg = json.loads(line)
-        op = msg.get("op")
-        try:
-            if op == "info":
-                reply: dict[str, Any] = {"version": VERSION, "fix": FIX,
-                                         "scheduler_file": sched_mod.__file__}
-            elif op == "run":
-                reply = run_case(msg["case"])
-            elif op == "bench":
-                reply = bench(msg["case"], int(msg["n"]))
-            elif op == "quit":
-                break
-            else:
-                reply = {"error": f"unknown op {op!r}"}
-        except Exception as e:  # report, keep serving
-            reply = {"error": _err(e), "traceback": traceback.format_exc()}
-        _PROTO.write(json.dumps(reply) + "\n")
+    serve(_PROTO, {"version": VERSION, "fix": FIX,
+                            "scheduler_file": sched_mod.__file__}, run_case, bench)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,48 @@
+"""The run's schedule (proofs.report.run_all): longest first, side tasks marked first before
+every pair, and a group longer than a process's share split in two. No solving: a stand-in
+pool records the order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import proofs.report as report
+from model.semantics import MODEL_SEMANTICS
+from proofs.theorems import THEOREMS
+
+
+class _Order:
+    def __init__(self) -> None:
+        self.labels: list[str] = []
+
+    def imap_unordered(self, fn: Any, todo: list[Any]) -> Iterator[Any]:
+        self.labels = [label for label, _ in todo]
+        return iter(())
+
+
+def _order(side: tuple[report.Side, ...] = ()) -> list[str]:
+    pool = _Order()
+    report.run_all(list(THEOREMS), list(MODEL_SEMANTICS), 1.0, True, 2, pool, side)
+    return pool.labels
+
+
+def test_longest_first_side_tasks_where_marked() -> None:
+    side = (report.Side("z3 first", print, (), 0.1, first=True),
+            report.Side("filler", print, (), 5.0))
+    labels = _order(side)
+    assert labels[0] == "z3 first"
+    weights = {f"{t} ({'0.33.0 family' if c else 'older'}, 4 pairs)": w
+               for (c, t), w in report.WEIGHT.items()} | {"filler": 5.0}
+    got = [weights[x] for x in labels[1:]]
+    assert got == sorted(got, reverse=True)
+    assert len(labels) == 1 + 12 + 1  # every (theorem, family) group once
+
+
+def test_a_group_longer_than_a_share_is_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(report.WEIGHT, (True, "loads-stored-only"), 10_000)
+    labels = _order()
+    assert labels[:2] == ["loads-stored-only (0.33.0 family, 2 pairs, part 1 of 2)",
+                          "loads-stored-only (0.33.0 family, 2 pairs, part 2 of 2)"]
