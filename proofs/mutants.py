@@ -352,6 +352,7 @@ def _forget_proofs() -> None:
     check = sys.modules.get("proofs.check")
     if check is not None:
         check._PROVED.clear()
+        check._LEMMAS.clear()
         check._UNROLLED.clear()  # queries built by the other code
         check._ANSWERS.clear()
     witness = sys.modules.get("proofs.witness")
