@@ -34,7 +34,6 @@ quotients get instances of two small arithmetic lemmas
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -313,10 +312,22 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
 
 
 _PROVED: set[tuple[object, ...]] = set()
-# the digests of the queries proved in this process: about half the queries of the four
-# 0.33.0 semantics are the same text (a lemma or step the semantics' differences do not
-# reach); the same text has the same answer, so it is not asked again
-_PROVED_TEXT: set[str] = set()
+# the queries proved in this process, keyed by ``query_key``: about half the queries of
+# the four 0.33.0 semantics are the same terms (a lemma or step the semantics'
+# differences do not reach); the same terms have the same answer, so they are not asked
+# again. Each key maps to the query itself: holding its terms keeps their ids from being
+# reused by other terms.
+_PROVED_TEXT: dict[tuple[int, ...], list[z3.BoolRef]] = {}
+
+
+def query_key(q: Sequence[z3.BoolRef]) -> tuple[int, ...]:
+    """The query's terms by identity: Z3 hash-conses the terms of a context, so two
+    structurally equal terms alive at once have one id (and so one key), and two
+    different terms never share one; the context's own id comes first. (The key was the
+    SHA-1 of the terms' text: same answers, ~8 s of Z3_ast_to_string per run.)"""
+    ctx = q[0].ctx if q else z3.main_ctx()
+    assert all(x.ctx is ctx for x in q), "a query in one Z3 context"
+    return (id(ctx), *(x.get_id() for x in q))
 
 
 def prove(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
@@ -341,17 +352,22 @@ def prove(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
     return "PROVED", "", time.monotonic() - t0
 
 
+def new_solver() -> z3.Solver:
+    """The solver ``ask_unsat`` asks."""
+    return z3.Solver()
+
+
 def ask_unsat(name: str, q: list[z3.BoolRef], t0: float, deadline: float
               ) -> tuple[str, str, float] | None:
     """None when query ``name`` is unsatisfiable (proved now, or its text proved before in
     this process), else ('FAILED' | 'UNKNOWN', why, seconds since t0)."""
-    text = hashlib.sha1("\n".join(x.sexpr() for x in q).encode()).hexdigest()
-    if text in _PROVED_TEXT:
+    key = query_key(q)
+    if key in _PROVED_TEXT:
         return None
     left = int((deadline - time.monotonic()) * 1000)
     if left <= 0:
         return "UNKNOWN", f"{name}: out of time", time.monotonic() - t0
-    s = z3.Solver()
+    s = new_solver()
     s.set("timeout", left)
     s.add(*q)
     res = s.check()
@@ -359,7 +375,7 @@ def ask_unsat(name: str, q: list[z3.BoolRef], t0: float, deadline: float
         return "FAILED", name, time.monotonic() - t0
     if res == z3.unknown:
         return "UNKNOWN", f"{name}: solver returned unknown", time.monotonic() - t0
-    _PROVED_TEXT.add(text)
+    _PROVED_TEXT[key] = list(q)
     return None
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections import Counter
 from dataclasses import replace
 from functools import partial
@@ -37,7 +38,14 @@ from proofs import abstract_v033 as abstract
 from proofs import turn_v033
 from proofs.conformance_turn_v033 import concrete_config, encode_scenario, in_scope
 from proofs.encoding import Enc, fresh_state
-from proofs.layers_v033 import lemma_turn, proof_queries, prove, whole_query, witness
+from proofs.layers_v033 import (
+    lemma_turn,
+    proof_queries,
+    prove,
+    query_key,
+    whole_query,
+    witness,
+)
 from tests import gen_v033 as gen
 from tests.gen_v033 import SEMANTICS
 from tests.sabotage import sabotaged_copy
@@ -194,6 +202,45 @@ def test_sabotage_unguarded_align_after_turns_red(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(lemmas.LEMMAS, "align-after",
                         replace(lemmas.LEMMAS["align-after"], fact=unguarded))
     assert _check(lemma_turn(sem, (), "align-after", "full_attention", chunk_3)) == z3.sat
+
+
+def test_query_key_is_the_terms() -> None:
+    """ask_unsat's cache key (``query_key``): equal text gives an equal key, a query
+    freed and rebuilt gets the key it had while a cached copy holds its terms, and
+    different queries (another lemma, one term changed or left out, another order, a
+    same-named symbol of another sort) never share one."""
+    import gc
+
+    import proofs.layers_v033 as L
+
+    sem = get_semantics("vllm-0.33.0")
+
+    def build(name: str = "post", kind: str = "sliding_window") -> list[z3.BoolRef]:
+        return lemma_turn(sem, (), name, kind)
+
+    a, b = build(), build()
+    assert [x.sexpr() for x in a] == [x.sexpr() for x in b]
+    assert query_key(a) == query_key(b)
+    key = query_key(a)
+    monkey = dict(L._PROVED_TEXT)
+    try:
+        L._PROVED_TEXT[key] = list(a)  # what ask_unsat keeps for a proved query
+        del a, b
+        gc.collect()
+        noise = [build("down", "full_attention") for _ in range(3)]  # reuse freed ids
+        assert query_key(build()) == key
+        t0 = time.monotonic()
+        assert L.ask_unsat("post again", build(), t0, t0 - 1) is None  # no time: a hit
+    finally:
+        L._PROVED_TEXT.clear()
+        L._PROVED_TEXT.update(monkey)
+    q = build()
+    x = z3.Int("same_name")
+    others = [build("post", "mamba"), build("down", "full_attention"), q[:-1],
+              q[:-1] + [z3.Not(q[-1])], list(reversed(q)), q + [x >= 0],
+              q + [z3.Real("same_name") >= 0]]
+    keys = {query_key(q), *(query_key(o) for o in others + noise)}
+    assert len(keys) == 1 + len(others)  # noise: three copies of others' down query
 
 
 def test_sabotage_dropped_assumption_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,93 @@
+"""CPU time of the 0.33.0 layered proofs, one process, grouped as the report runs them:
+per semantics and theorem, ``proofs.layers_v033.prove`` (maximality:
+``proofs.maximality_layers_v033.prove``) under the theorem's preconditions, then the
+partial-tail proof (``proofs.tail_layers_v033.prove``) where it covers the theorem; and
+the slowest queries ``layers_v033.ask_unsat`` answered (the in-process cache included:
+a query whose text was proved before costs only its key).
+
+    python bench/bench_layers_v033.py [--semantics NAME ...] [--top N]
+
+Every figure is process CPU time (time.process_time), not wall time. Exit 1 if a proof
+does not close.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import z3
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from model.semantics import get_semantics  # noqa: E402
+from proofs import layers_v033 as L  # noqa: E402
+from proofs import tail_layers_v033  # noqa: E402
+from proofs.theorems import THEOREMS  # noqa: E402
+
+SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
+             "alt-v033-cap-min")
+TIMEOUT_MS = 600_000
+SOLVERS = {
+    "default": z3.Solver,
+    "tactics": lambda: z3.Then("simplify", "propagate-values", "solve-eqs", "smt").solver(),
+    "tactics-ite": lambda: z3.Then("simplify", "propagate-values", "solve-eqs",
+                                   "elim-term-ite", "smt").solver(),
+}
+asked: list[tuple[float, str, str]] = []  # (seconds, semantics/theorem, query)
+where = [""]
+
+
+def _timed_ask(real: Any) -> Any:
+    def ask(name: str, q: Any, t0: float, deadline: float) -> Any:
+        c0 = time.process_time()
+        out = real(name, q, t0, deadline)
+        asked.append((time.process_time() - c0, where[0], name))
+        return out
+    return ask
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--semantics", nargs="*", default=list(SEMANTICS))
+    ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--solver", choices=sorted(SOLVERS),
+                    help="ask the layered queries with this solver instead")
+    args = ap.parse_args()
+    if args.solver:
+        L.new_solver = SOLVERS[args.solver]
+    L.ask_unsat = _timed_ask(L.ask_unsat)  # maximality_layers_v033 calls L.ask_unsat
+    ok = True
+    total = 0.0
+    for name in args.semantics:
+        sem = get_semantics(name)
+        for thm, t in THEOREMS.items():
+            pre = t.pre(name)
+            if not t.covers(name) or not L.covers(thm, pre):
+                continue
+            where[0] = f"{name} {thm}"
+            c0 = time.process_time()
+            status, why, _ = L.prove(thm, sem, pre, TIMEOUT_MS)
+            c1 = time.process_time()
+            tail = ("-", "")
+            if status == "PROVED" and tail_layers_v033.covers(thm):
+                tail = tail_layers_v033.prove(thm, TIMEOUT_MS, sem, pre)[:2]
+            c2 = time.process_time()
+            ok = ok and status == "PROVED" and tail[0] in ("-", "PROVED")
+            total += c2 - c0
+            print(f"{name:30} {thm:18} layered {status} {c1 - c0:6.2f} s  tails "
+                  f"{tail[0]} {c2 - c1:6.2f} s {why or tail[1]}", flush=True)
+    solve = sum(sec for sec, _, _ in asked)
+    print(f"total {total:.2f} s CPU: {solve:.2f} s in ask_unsat (solving, cache keys), "
+          f"{total - solve:.2f} s building the queries and the tail proof")
+    print(f"slowest {args.top} ask_unsat calls (CPU s):")
+    for sec, at, q in sorted(asked, reverse=True)[:args.top]:
+        print(f"  {sec:6.2f}  {at}: {q}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
