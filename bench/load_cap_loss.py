@@ -29,6 +29,7 @@ split by EAGLE. Exit 0 (it measures).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -128,11 +129,12 @@ def generated(n: int) -> dict[str, dict[str, int]]:
     """Stock vs fix on the layered test's generator, a cap on each (EAGLE or not)."""
     from tests.gen_v033 import LAYERS, chunk_dict
 
+    layers = dataclasses.replace(LAYERS, multipass=0.0)  # the draws these figures came from
     rng = random.Random(SEED)
     out: dict[str, dict[str, int]] = {}
     done = 0
     while done < n:
-        raw = chunk_dict(rng, STOCK, LAYERS)
+        raw = chunk_dict(rng, STOCK, layers)
         if "max_load_tokens" not in raw and "max_num_new_tokens" not in raw:
             raw["max_load_tokens"] = rng.randint(0, raw["prompt_tokens"])
         s = parse_scenario(raw)

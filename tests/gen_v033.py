@@ -4,7 +4,8 @@ tests/test_proof_tails_v033.py, bench/load_cap_loss.py): concrete requests as sc
 dicts, biased to the interesting cases (EAGLE, pending and deferred answers,
 being-loaded chunks, caps, prefix caching off, partial tails), and the loop that keeps
 the ones a suite's encoding covers. Each suite names its distribution (``ChunkDist``)
-or tail generator; a suite's seed draws the same examples as before this module.
+or tail generator; CONFORMANCE and LAYERS give a share (``multipass``) to short
+staggered layouts whose lookups loop three or more passes (``multipass_dict``).
 """
 
 from __future__ import annotations
@@ -44,14 +45,16 @@ def scenarios(draw: Draw, keep: Callable[[Scenario], bool], count: int,
 
 
 def tally(drawn: Iterable[Scenario], conforms: Callable[..., None], wanted: Sequence[str],
-          least: int) -> Counter[str]:
+          least: int, multipass: int = 0) -> Counter[str]:
     """``conforms(s, seen=...)`` on each drawn scenario, counting what they reach; each
-    of ``wanted`` reached at least ``least`` times."""
+    of ``wanted`` reached at least ``least`` times, lookups of three or more passes
+    ("3+ passes") at least ``multipass`` times."""
     seen: Counter[str] = Counter()
     for s in drawn:
         conforms(s, seen=seen)
     for what in wanted:
         assert seen[what] >= least, f"{what}: only {seen[what]} of {seen['examples']}: {seen}"
+    assert seen["3+ passes"] >= multipass, f"3+ passes: only {seen['3+ passes']}: {seen}"
     return seen
 
 
@@ -106,6 +109,7 @@ class ChunkDist:
     pending: float
     skip: float
     caps: float
+    multipass: float = 0.0  # this share from ``multipass_dict`` (layouts drawn, not given)
 
 
 def chunk_dict(rng: random.Random, semantics: str, dist: ChunkDist,
@@ -113,6 +117,8 @@ def chunk_dict(rng: random.Random, semantics: str, dist: ChunkDist,
     """A request from ``dist`` (on ``kinds`` where given): block sizes that do not
     divide each other, EAGLE, pending and deferred answers, being-loaded chunks, caps,
     prefix caching off."""
+    if kinds is None and dist.multipass and rng.random() < dist.multipass:
+        return multipass_dict(rng, semantics, dist)
     if kinds is None:
         kinds = (rng.choice(dist.layouts) if dist.layouts is not None
                  else tuple(rng.choice(TURN_KINDS) for _ in range(rng.randint(1, 4))))
@@ -155,6 +161,56 @@ def chunk_dict(rng: random.Random, semantics: str, dist: ChunkDist,
                     **extra)
 
 
+MULTIPASS_TRIES = 200  # draws of ``staggered_dict`` per ``multipass_dict`` call
+
+
+def staggered_dict(rng: random.Random, semantics: str, dist: ChunkDist) -> dict[str, Any]:
+    """A short request on 2-4 groups of one block size, a sliding-window group among
+    them, each group's store ending at its own chunk (a few holes; prefix caching off 2
+    times in 10): a first group often HIT_PENDING on an early chunk (the lookup defers
+    and re-runs every group), EAGLE groups (each pop lowers the bound again), so the
+    groups lower the bound in turn."""
+    layouts = [k for k in dist.layouts or () if len(k) >= 2 and "sliding_window" in k]
+    if layouts:
+        kinds = rng.choice(layouts)
+    else:
+        kinds = ("sliding_window",) + tuple(rng.choice(TURN_KINDS)
+                                            for _ in range(rng.randint(1, 3)))
+        kinds = tuple(rng.sample(kinds, len(kinds)))
+    size = rng.choice((1, 1, 2)) * rng.choice((1, 2))
+    n = rng.randint(3, 6)
+    prompt = n * size + rng.randint(0, size - 1)
+    caching = rng.random() < 0.8
+    groups = []
+    for i, kind in enumerate(kinds):
+        end = rng.randint(1, n)
+        g: dict[str, Any] = {"kind": kind, "gpu_block_size": size, "stored": [
+            c for c in range(n) if c < end or rng.random() < 0.3]}
+        if kind == "sliding_window":
+            g["sliding_window"] = rng.randint(1, 2 * size)
+        if kind == "mamba":
+            g["mamba_cache_mode"] = "align" if caching else "none"
+        if rng.random() < 0.6:
+            g["eagle"] = True
+        if rng.random() < (0.6 if i == 0 else 0.2):
+            g["pending"] = [rng.randrange(n)]
+        groups.append(g)
+    extra = {} if caching else {"enable_prefix_caching": False}
+    return _request(rng, semantics, prompt, 0, groups, 0.0, None, 0.0, **extra)
+
+
+def multipass_dict(rng: random.Random, semantics: str, dist: ChunkDist) -> dict[str, Any]:
+    """The first of up to ``MULTIPASS_TRIES`` ``staggered_dict`` draws whose lookup loops
+    three or more passes (scheduler.py:1001 and :1009 re-run groups when one lowers the
+    bound), else the last draw."""
+    for _ in range(MULTIPASS_TRIES):
+        raw = staggered_dict(rng, semantics, dist)
+        out = evaluate(parse_scenario(raw))
+        if out.lookup is not None and out.lookup.passes >= 3:
+            break
+    return raw
+
+
 # tests/test_conformance_v033.py: the nine layouts of up to one group a kind
 CONFORMANCE = ChunkDist(
     layouts=(("full_attention",), ("mamba",), ("sliding_window",),
@@ -163,10 +219,11 @@ CONFORMANCE = ChunkDist(
              ("full_attention", "sliding_window", "mamba"),
              ("full_attention", "mamba", "sliding_window")),
     sizes=(1, 2, 3, 4), finding001=True, prompt_chunks=6, stored=(0.6, 0.85, 1.0),
-    eagle=0.3, pending=0.06, skip=0.05, caps=0.15)
+    eagle=0.3, pending=0.06, skip=0.05, caps=0.15, multipass=0.25)
 # tests/test_proof_layers_v033.py: any layout of up to 4 groups (several of a kind)
 LAYERS = ChunkDist(layouts=None, sizes=(1, 2, 3), finding001=False, prompt_chunks=5,
-                   stored=(0.7, 0.9, 1.0), eagle=0.35, pending=0.08, skip=0.04, caps=0.2)
+                   stored=(0.7, 0.9, 1.0), eagle=0.35, pending=0.08, skip=0.04, caps=0.2,
+                   multipass=0.16)
 
 _TAIL_CHUNK_MARKS = (("pending", 0.1), ("deferred", 0.05), ("being_loaded", 0.1))
 
