@@ -21,9 +21,9 @@ prompt, GPU hit, stored prefix, a few evicted keys) with a ``max_load_tokens`` d
 boundary of every group, the kind that loses a chunk), the hits of 0.33.0 and of the
 fix side by side: how often the fix raises or lowers the hit and by how many tokens.
 Deterministic (seeded per row). ``--generated N``: N scenarios of the layered proof's
-conformance generator (``tests/gen_v033.chunk_dict`` with ``LAYERS``, seed 3: any layout
-of up to 4 groups, HIT_PENDING / RETRY answers, EAGLE), a cap forced on each, stock vs fix
-split by EAGLE. Exit 0 (it measures).
+conformance generator (``tests/gen_v033.chunk_dict`` with ``LAYERS`` less its multipass
+share, seed 3: any layout of up to 4 groups, HIT_PENDING / RETRY answers, EAGLE), a cap
+forced on each, stock vs fix split by EAGLE. Exit 0 (it measures).
 """
 
 from __future__ import annotations
