@@ -91,9 +91,13 @@ def main() -> int:
     splits = args.splits.split(",")
     bad = [s for s in splits if s not in ("whole", "conj", *CASES)]
     if bad or (args.lemma == "post" and "conj" in splits):
-        print(f"--splits: unknown {bad or ['conj']}", file=sys.stderr)
+        print(f"--splits: unknown {bad or ['conj (keeps only)']}", file=sys.stderr)
         return 2
-    get_semantics(args.semantics)
+    try:
+        get_semantics(args.semantics)
+    except ValueError as e:
+        print(f"--semantics: {e}", file=sys.stderr)
+        return 2
     ok = True
     for split in splits:
         for seed in (int(x) for x in args.seeds.split(",")):
