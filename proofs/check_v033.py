@@ -407,9 +407,8 @@ def check(thm: str, sem_name: str, assumed: Sequence[str], timeout_ms: int = 300
     sem = get_semantics(sem_name)
     t0 = time.monotonic()
     v = counterexample(thm, sem, assumed, timeout_ms, scope, tails_only)
-    ends = f"every run ends within {scope.passes} passes"
-    if thm != "termination":
-        ends = f"runs that end within {scope.passes} passes"
+    ends = (f"every run ends within {scope.passes} passes" if thm == "termination"
+            else f"runs that end within {scope.passes} passes")
     if thm != "termination" and v.status == "PROVED":
         left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
         bound = pass_bound(sem, left, scope, tails_only)

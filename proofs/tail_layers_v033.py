@@ -396,6 +396,23 @@ def loop_end(enc: Enc, tc: TV.TailCfg, d: T.D) -> tuple[State, list[z3.BoolRef]]
     return st, [A.summary(lp, s)] + pins
 
 
+def _tail_answer(enc: Enc, tc: TV.TailCfg, d: T.D, st: State
+                 ) -> tuple[TV.Answer, list[z3.BoolRef]]:
+    """``_lookup``'s answer with partial tails on after the complete-chunk loop ends in
+    ``st`` (the request reads the prefix cache and has nothing in flight): the complete
+    chunks' answer (``turn_v033.result_of``), then the partial tail from fresh bridge and
+    search states, with the bridge's and the search's summaries as facts."""
+    inner = replace(tc.base, skip_reading=z3.BoolVal(False), in_flight=z3.BoolVal(False))
+    r_complete = T.result_of(enc, inner, d, st, [0])  # _lookup_complete_chunks' answer
+    pro = TV.prologue(enc, tc, r_complete.hit)
+    missed = z3.Bool("bridge_missed")
+    mbp = TV.after_bridge(tc, pro, missed)
+    scan = _fresh_scan("end")
+    a = TV.finish(tc, r_complete.deferred, r_complete.hit, scan)
+    return a, [bridge_summary(pro, missed),
+               scan_summary(pro, mbp, z3.Bool("bridge_pending"), scan)]
+
+
 def final_query(thm: str, kind: str, tail: bool) -> list[z3.BoolRef]:
     """The property for a group of ``kind`` of an unknown layout with partial tails on,
     from the summaries read exactly, for a partial-tail hit (``tail``); without one the
@@ -407,15 +424,7 @@ def final_query(thm: str, kind: str, tail: bool) -> list[z3.BoolRef]:
     st = fresh_state(enc, 1, "end")
     st = State(st.m, st.num_hit, st.defer, st.looked, st.verified, st.next,
                  z3.Bool("end_halted"))
-    inner = replace(c, skip_reading=z3.BoolVal(False), in_flight=z3.BoolVal(False))
-    r_complete = T.result_of(enc, inner, d, st, [0])  # _lookup_complete_chunks' answer
-    pro = TV.prologue(enc, tc, r_complete.hit)
-    missed = z3.Bool("bridge_missed")
-    mbp = TV.after_bridge(tc, pro, missed)
-    scan = _fresh_scan("end")
-    a = TV.finish(tc, r_complete.deferred, r_complete.hit, scan)
-    facts = [bridge_summary(pro, missed),
-             scan_summary(pro, mbp, z3.Bool("bridge_pending"), scan)]
+    a, facts = _tail_answer(enc, tc, d, st)
     if tail:
         goal = [a.tail, TV.VIOLATIONS[thm](enc, tc, a)]
     else:
@@ -607,17 +616,9 @@ def maximality_query(kind: str, tail: bool, negated: bool = True) -> list[z3.Boo
     d, env = _env(enc, tc)
     st, h = fresh_state(enc, 1, "end"), z3.Int("valid_hit")
     st = replace(st, num_hit=st.m - c.computed, halted=z3.Bool("end_halted"))
-    inner = replace(c, skip_reading=z3.BoolVal(False), in_flight=z3.BoolVal(False))
-    r_complete = T.result_of(enc, inner, d, st, [0])  # _lookup_complete_chunks' answer
-    pro = TV.prologue(enc, tc, r_complete.hit)
-    missed = z3.Bool("bridge_missed")
-    mbp = TV.after_bridge(tc, pro, missed)
-    scan = _fresh_scan("end")
-    a = TV.finish(tc, r_complete.deferred, r_complete.hit, scan)
+    a, summaries = _tail_answer(enc, tc, d, st)
     facts = [MX.valid_hit(enc, c, d, h, [0]),
-             MX.loop_done(st.halted, st.defer, st.m, c.computed + h),
-             bridge_summary(pro, missed),
-             scan_summary(pro, mbp, z3.Bool("bridge_pending"), scan)]
+             MX.loop_done(st.halted, st.defer, st.m, c.computed + h), *summaries]
     goal = [a.tail if tail else z3.Not(a.tail)]
     goal += [MX.violates(a.deferred, a.hit, h)] if negated else [TV.active(a)]
     return _finish(enc, premises + env + facts + goal)
