@@ -25,6 +25,7 @@ from model.layout import Layout
 from model.maximality import larger_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import Semantics, get_semantics
+from proofs import encoding
 from proofs.abstract import obligations
 from proofs.encoding import (
     FA,
@@ -45,7 +46,15 @@ from proofs.encoding import (
     startup,
     symbolic_config,
 )
-from proofs.layers import CASES, KINDS, alignment_queries, final_query, lemma_queries
+from proofs.layers import (
+    CASES,
+    KINDS,
+    TURN_FACTS,
+    alignment_queries,
+    final_query,
+    lemma_queries,
+    lemma_turns,
+)
 from proofs.theorems import (
     PRECONDITIONS,
     RUNTIME,
@@ -122,12 +131,10 @@ class Problem:
     candidate: z3.ArithRef | None
 
 
-def _problem(thm: Theorem, sem: Semantics, assumed: Sequence[str],
-             bound: int | None = None, kinds: Sequence[str] = TEMPLATE) -> Problem:
-    enc = Enc(bound=bound)
-    cfg = symbolic_config(kinds)
-    d = derive(enc, cfg, sem)
-    init = initial_state(enc, cfg, d, sem)
+def _problem(thm: Theorem, sem: Semantics, assumed: Sequence[str], bound: int | None,
+             enc: Enc, cfg: Config, d: Derived, init: State) -> Problem:
+    """The premises of ``thm`` under ``assumed`` on the symbols ``cfg`` (their helpers'
+    constraints go to ``enc``)."""
     m0 = init.m
     premises = [startup(cfg, sem)] + [precondition_formula(p, enc, cfg, d) for p in assumed]
     if bound is not None:
@@ -277,12 +284,33 @@ def _answer(query: list[z3.BoolRef], timeout_ms: int) -> z3.CheckSatResult:
     return res
 
 
+def _turn_batch(thm: Theorem, sem: Semantics, assumed: Sequence[str], name: str,
+                timeout_ms: int) -> None:
+    """Before the first of a kind's ``TURN_FACTS`` lemmas: ask those not yet proved in one
+    query (``layers.lemma_turns``, plain grounding); unsat proves each of them. Any other
+    answer proves nothing, and each is then asked alone as before (so a failing one is
+    named as before)."""
+    kind = name[name.index("(") + 1:-1]
+    names = [f for f in TURN_FACTS
+             if not _proved(_key(thm, sem, assumed, f"lemma {f} ({kind})"))]
+    if len(names) < 2:
+        return
+    if _answer(lemma_turns(sem, assumed, names, kind), timeout_ms) == z3.unsat:
+        for f in names:
+            _record(_key(thm, sem, assumed, f"lemma {f} ({kind})"))
+
+
 def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
           ) -> tuple[str, str]:
     """('PROVED' | 'FAILED' | 'UNKNOWN', which obligation) for ``thm`` under ``assumed``."""
     deadline = time.monotonic() + timeout_ms / 1000
+    batch_at = {f"lemma {TURN_FACTS[0]} ({k})" for k in KINDS}
     for name, build in proof_queries(thm, sem, assumed):
         key = _key(thm, sem, assumed, name)
+        if name in batch_at and not _proved(key):
+            left = int((deadline - time.monotonic()) * 1000)
+            if left > 0:
+                _turn_batch(thm, sem, assumed, name, min(left, 10_000))
         if _proved(key):
             continue
         left = int((deadline - time.monotonic()) * 1000)
@@ -340,6 +368,51 @@ class _Unrolled:
     cons: tuple[z3.BoolRef, ...]
 
 
+@dataclass(frozen=True)
+class _Loop:
+    """The loop unrolled for a semantics and a layout, before any premise: its symbols,
+    the state after the last pass, and the helpers' constraints so far (``enc``, which
+    ``fork`` copies for each theorem's premises and violation)."""
+
+    enc: Enc
+    cfg: Config
+    d: Derived
+    init: State
+    last: State
+    next_name: int  # the first fresh-symbol number a fork uses
+
+    def fork(self) -> Enc:
+        e = self.enc
+        return replace(e, cons=list(e.cons), counter=itertools.count(self.next_name),
+                       facts=list(e.facts), hints={k: list(v) for k, v in e.hints.items()},
+                       memo=dict(e.memo), inst=dict(e.inst))
+
+
+def _encoding_functions() -> tuple[object, ...]:
+    """The encoding's functions as the module has them now (a test or mutant may replace
+    one: a loop built with another must not be reused)."""
+    return tuple(v for v in vars(encoding).values() if callable(v))
+
+
+# loops unrolled in this process, by (semantics, passes, bound, kinds, the encoding's
+# functions): shared by every theorem, precondition set and layout the search asks
+_LOOPS: dict[tuple[object, ...], _Loop] = {}
+
+
+def _loop(sem: Semantics, passes: int, bound: int, kinds: Sequence[str]) -> _Loop:
+    key = (sem.name, passes, bound, tuple(kinds), _encoding_functions())
+    if key not in _LOOPS:
+        enc = Enc(bound=bound)
+        cfg = symbolic_config(kinds)
+        d = derive(enc, cfg, sem)
+        init = initial_state(enc, cfg, d, sem)
+        st = run_pass(enc, cfg, d, init, d.order)
+        for _ in range(passes - 1):
+            st = select(finished(st), st, next_pass(enc, cfg, d, st))
+        _LOOPS[key] = _Loop(enc, cfg, d, init, st, next(enc.counter))
+    return _LOOPS[key]
+
+
 # unrolled queries built in this process, by (theorem, semantics, assumed, passes, bound,
 # kinds): the counterexample search asks the same unrolling for many layouts and prompt
 # bounds, and building it through the z3 API costs more than most of its solver calls
@@ -350,15 +423,13 @@ def _unrolled(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: int,
               kinds: Sequence[str]) -> _Unrolled:
     # with the functions that write the premises (a test or mutant may replace them)
     key = (thm.name, sem.name, tuple(assumed), passes, bound, tuple(kinds), valid_hit,
-           precondition_formula, thm.violation)
+           precondition_formula, thm.violation, _encoding_functions())
     if key not in _UNROLLED:
-        p = _problem(thm, sem, assumed, bound, kinds)
-        d = p.d
-        st = run_pass(p.enc, p.cfg, d, p.init, d.order)
-        for _ in range(passes - 1):
-            st = select(finished(st), st, next_pass(p.enc, p.cfg, d, st))
-        query = (finished(st), _violation(thm, p, st))
-        _UNROLLED[key] = _Unrolled(p, tuple(p.premises), query, tuple(p.enc.cons))
+        loop = _loop(sem, passes, bound, kinds)
+        enc = loop.fork()
+        p = _problem(thm, sem, assumed, bound, enc, loop.cfg, loop.d, loop.init)
+        query = (finished(loop.last), _violation(thm, p, loop.last))
+        _UNROLLED[key] = _Unrolled(p, tuple(p.premises), query, tuple(enc.cons))
     return _UNROLLED[key]
 
 
@@ -476,9 +547,10 @@ class _Pinner:
     The values pinned depend only on which queries are satisfiable, not on the models
     Z3 happens to return."""
 
-    def __init__(self, solver: z3.Solver) -> None:
-        self.solver = solver  # its last check was sat (bmc returns it only then)
-        self.model = solver.model()
+    def __init__(self, solver: z3.Solver, model: z3.ModelRef | None = None) -> None:
+        self.solver = solver
+        # a model of the solver's assertions: by default that of its last check (sat)
+        self.model = solver.model() if model is None else model
 
     def smallest(self, x: z3.ArithRef, lo: int) -> None:
         """Pin ``x`` to its smallest value (>= lo) that keeps a counterexample."""
@@ -502,14 +574,15 @@ class _Pinner:
         self.solver.add(b if m is not None else z3.Not(b))
 
 
-def _pin(solver: z3.Solver, cfg: Config, sem: Semantics, nblocks: Sequence[int]) -> None:
+def _pin(solver: z3.Solver, model: z3.ModelRef, cfg: Config, sem: Semantics,
+         nblocks: Sequence[int]) -> None:
     """With the prompt and block sizes fixed, fix every other field the scenario file
     records, in a total order, each to its least value that keeps a counterexample:
     num_computed_tokens, then each sliding window, the Mamba block size (read by
     alt-cache-config-block-size), the Mamba modes (none < align < all), then the flags
     (no EAGLE, prefix caching on, no skip, nothing in flight) and the store, block by
     block (not loading, not deferred, stored). The result is the same on every run."""
-    pin = _Pinner(solver)
+    pin = _Pinner(solver, model)
     pin.smallest(cfg.computed, 0)
     for w in cfg.window:
         if w is not None:
@@ -547,6 +620,10 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
     deadline = t0 + timeout_ms / 1000
     assumed = tuple(dict.fromkeys((*RUNTIME, *assumed)))
     best: tuple[int, Sizes, int] | None = None
+    # the problem and the solver whose last (sat) check found the best prompt: pinning
+    # starts from it (the same assertions as a fresh solve with the prompt fixed, plus
+    # an upper bound the prompt meets)
+    found_by: tuple[Problem, z3.Solver] | None = None
     unknown = False
     kinds: Sequence[str] = TEMPLATE
     for kinds in (TEMPLATE,) if sizes else SEARCH_KINDS:
@@ -565,6 +642,7 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
                 if solver is None:
                     continue
                 found = _int(solver.model(), p.cfg.prompt)
+                found_by = (p, solver)
                 lo = 1
                 while lo < found:  # binary search for this layout's smallest prompt
                     mid = (lo + found) // 2
@@ -572,6 +650,7 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
                                          kinds=kinds, extra=partial(_prompt_at_most, mid))
                     if solver is not None:
                         found = _int(solver.model(), p.cfg.prompt)
+                        found_by = (p, solver)
                     else:
                         unknown |= res == z3.unknown
                         lo = mid + 1
@@ -589,13 +668,13 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
                             + " and ".join(f"({', '.join(k)})" for k in SEARCH_KINDS)
                             + ", among requests the engine can produce")
     prompt, layout, passes = best
-    res, p, solver = bmc(thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout, kinds=kinds,
-                         extra=lambda c: [c.prompt == prompt])
-    if solver is None:
-        return Verdict("UNKNOWN", time.monotonic() - t0, note="counterexample lost on re-solve")
+    assert found_by is not None
+    p, solver = found_by
+    model = solver.model()
+    solver.add(p.cfg.prompt == prompt)  # the model has this prompt
     nblocks = [prompt // (b * layout[1]) for b in layout[0]]
     try:
-        _pin(solver, p.cfg, sem, nblocks)
+        _pin(solver, model, p.cfg, sem, nblocks)
     except _Undecided as e:
         return Verdict("UNKNOWN", time.monotonic() - t0,
                        note=f"counterexample found, but its minimum is undecided ({e})")

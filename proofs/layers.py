@@ -79,35 +79,56 @@ def _turn(sem: Semantics, assumed: Sequence[str], kind: str, rich: bool
                                   info.m2)
 
 
+def _turn_claim(enc: Enc, cfg: Config, d: Derived, t: Turn, name: str) -> z3.BoolRef:
+    """The fact ``name`` of ``proofs.lemmas`` about the turn ``t`` (not keeps)."""
+    if name == "post":
+        return fact(name, t, ok_facts(enc, cfg, d, 0, t.m2))
+    if name == "no-hit-not-deferred":
+        return fact(name, t)
+    if name == "cut-on-block":
+        return fact(name, t.cut, partial(_on_block, enc, d.obs[0]))
+    if name == "block-positive":
+        return fact(name, d.obs[0])
+    assert name == "cap-on-block", name
+    return fact(name, d.cap[0], partial(_on_block, enc, d.obs[0]))
+
+
 def lemma_turn(sem: Semantics, assumed: Sequence[str], name: str, kind: str,
                rich: bool = False) -> list[z3.BoolRef]:
     """A fact of ``proofs.lemmas`` about one turn, on the exact encoding."""
     enc, cfg, d, pre, t = _turn(sem, assumed, kind, rich)
-    if name == "post":
-        claim = fact(name, t, ok_facts(enc, cfg, d, 0, t.m2))
-    elif name == "no-hit-not-deferred":
-        claim = fact(name, t)
-    elif name == "cut-on-block":
-        claim = fact(name, t.cut, partial(_on_block, enc, d.obs[0]))
-    elif name == "block-positive":
-        claim = fact(name, d.obs[0])
-    elif name == "cap-on-block":
-        claim = fact(name, d.cap[0], partial(_on_block, enc, d.obs[0]))
-    else:  # keeps: with a valid hit h* and max hit >= nc + h*, the turn finds a hit and
-        # does not cut below nc + h*
-        h = z3.Int("larger_hit")
-        ctx = Context(enc, cfg, d, sem, Result(z3.BoolVal(False), h),
-                      initial_max_hit(enc, cfg, d, sem))
-        ld = load_plan(enc, cfg, d, h, [0])[0]
-        # the run the lookup must find starts where the valid hit's load starts
-        enc.hints.setdefault("0", []).extend([ld.lo, ld.hi - 1])
-        pre.append(valid_hit(ctx, h))
-        window = cfg.window[0]
-        if window is not None and "window-not-one-past-blocks" in assumed:
-            # lemma window-span, at the valid hit's load
-            pre.append(window_span(enc, cfg.computed + h, window, d.obs[0]))
-        claim = fact(name, t, cfg.computed + h)
+    if name != "keeps":
+        return _finish(enc, pre + [z3.Not(_turn_claim(enc, cfg, d, t, name))])
+    # keeps: with a valid hit h* and max hit >= nc + h*, the turn finds a hit and does
+    # not cut below nc + h*
+    h = z3.Int("larger_hit")
+    ctx = Context(enc, cfg, d, sem, Result(z3.BoolVal(False), h),
+                  initial_max_hit(enc, cfg, d, sem))
+    ld = load_plan(enc, cfg, d, h, [0])[0]
+    # the run the lookup must find starts where the valid hit's load starts
+    enc.hints.setdefault("0", []).extend([ld.lo, ld.hi - 1])
+    pre.append(valid_hit(ctx, h))
+    window = cfg.window[0]
+    if window is not None and "window-not-one-past-blocks" in assumed:
+        # lemma window-span, at the valid hit's load
+        pre.append(window_span(enc, cfg.computed + h, window, d.obs[0]))
+    claim = fact(name, t, cfg.computed + h)
     return _finish(enc, pre + [z3.Not(claim)])
+
+
+# the turn facts ``lemma_turns`` asks together (keeps has premises of its own)
+TURN_FACTS = ("post", "no-hit-not-deferred", "cut-on-block", "cap-on-block", "block-positive")
+
+
+def lemma_turns(sem: Semantics, assumed: Sequence[str], names: Sequence[str], kind: str,
+                rich: bool = False) -> list[z3.BoolRef]:
+    """Several facts of ``TURN_FACTS`` about one turn in one query: unsatisfiable only if
+    each fact's own query (``lemma_turn``) is, since its premises are theirs and its
+    claim their conjunction (one encoding of the turn and one grounding instead of one
+    per fact: measured 4 times cheaper to build on the older family)."""
+    enc, cfg, d, pre, t = _turn(sem, assumed, kind, rich)
+    claims = [_turn_claim(enc, cfg, d, t, name) for name in names]
+    return _finish(enc, pre + [z3.Not(z3.And(claims))])
 
 
 def lemma_down(sem: Semantics, assumed: Sequence[str], rich: bool = False) -> list[z3.BoolRef]:
@@ -253,8 +274,7 @@ ARITHMETIC: list[Query] = [
 def lemma_queries(sem: Semantics, assumed: Sequence[str], maximal: bool) -> list[Query]:
     """Every fact of ``proofs.lemmas`` the abstract loop assumes, for every kind."""
     out: list[Query] = list(ARITHMETIC)
-    turn_facts = ["post", "no-hit-not-deferred", "cut-on-block", "cap-on-block",
-                  "block-positive"]
+    turn_facts = list(TURN_FACTS)
     if maximal:
         turn_facts.append("keeps")
     for k in KINDS:

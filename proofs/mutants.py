@@ -354,6 +354,7 @@ def _forget_proofs() -> None:
         check._PROVED.clear()
         check._LEMMAS.clear()
         check._UNROLLED.clear()  # queries built by the other code
+        check._LOOPS.clear()
         check._ANSWERS.clear()
     witness = sys.modules.get("proofs.witness")
     if witness is not None:
