@@ -287,17 +287,25 @@ def _answer(query: list[z3.BoolRef], timeout_ms: int) -> z3.CheckSatResult:
 def _turn_batch(thm: Theorem, sem: Semantics, assumed: Sequence[str], name: str,
                 timeout_ms: int) -> None:
     """Before the first of a kind's ``TURN_FACTS`` lemmas: ask those not yet proved in one
-    query (``layers.lemma_turns``, plain grounding); unsat proves each of them. Any other
-    answer proves nothing, and each is then asked alone as before (so a failing one is
-    named as before)."""
+    query (``layers.lemma_turns``, plain grounding), first under the request rules alone
+    (``RUNTIME``, part of every precondition set: a lemma proved with fewer premises holds
+    with more, so one proof serves every theorem of the semantics), then under
+    ``assumed``; unsat proves each of them. Any other answer proves nothing, and each is
+    then asked alone as before (so a failing one is named as before)."""
     kind = name[name.index("(") + 1:-1]
-    names = [f for f in TURN_FACTS
-             if not _proved(_key(thm, sem, assumed, f"lemma {f} ({kind})"))]
-    if len(names) < 2:
-        return
-    if _answer(lemma_turns(sem, assumed, names, kind), timeout_ms) == z3.unsat:
-        for f in names:
-            _record(_key(thm, sem, assumed, f"lemma {f} ({kind})"))
+    deadline = time.monotonic() + timeout_ms / 1000
+    tiers = [assumed]
+    if set(RUNTIME) < set(assumed):
+        tiers.insert(0, RUNTIME)
+    for premises in tiers:
+        names = [f for f in TURN_FACTS
+                 if not _proved(_key(thm, sem, assumed, f"lemma {f} ({kind})"))]
+        left = int((deadline - time.monotonic()) * 1000)
+        if len(names) < 2 or left <= 0:
+            return
+        if _answer(lemma_turns(sem, premises, names, kind), left) == z3.unsat:
+            for f in names:
+                _record(_key(thm, sem, premises, f"lemma {f} ({kind})"))
 
 
 def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
