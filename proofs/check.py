@@ -246,6 +246,28 @@ def _key(thm: Theorem, sem: Semantics, assumed: Sequence[str], name: str
 _LEMMAS: dict[tuple[str, str], list[frozenset[str]]] = {}
 
 
+def _code() -> tuple[object, ...]:
+    """The functions the proof queries are written with, as their modules have them now:
+    a test that replaces one (a sabotage) must not find proofs made with the other."""
+    from proofs import layers, lemmas, theorems
+
+    return (_encoding_functions(), valid_hit, precondition_formula, theorems.valid_hit,
+            theorems.precondition_formula, vars(layers)["valid_hit"],
+            tuple(lem.fact for lem in lemmas.LEMMAS.values()),
+            tuple(t.violation for t in THEOREMS.values()))
+
+
+_PROVED_WITH: list[tuple[object, ...]] = []  # the _code() _PROVED and _LEMMAS hold for
+
+
+def _forget_if_code_changed() -> None:
+    now = _code()
+    if _PROVED_WITH != [now]:
+        _PROVED.clear()
+        _LEMMAS.clear()
+        _PROVED_WITH[:] = [now]
+
+
 def _proved(key: tuple[object, ...]) -> bool:
     """Whether a query proved in this process proves ``key``'s: the same one, or the same
     lemma on the same semantics proved under a subset of its preconditions (a lemma's
@@ -312,6 +334,7 @@ def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
           ) -> tuple[str, str]:
     """('PROVED' | 'FAILED' | 'UNKNOWN', which obligation) for ``thm`` under ``assumed``."""
     deadline = time.monotonic() + timeout_ms / 1000
+    _forget_if_code_changed()
     batch_at = {f"lemma {TURN_FACTS[0]} ({k})" for k in KINDS}
     for name, build in proof_queries(thm, sem, assumed):
         key = _key(thm, sem, assumed, name)
