@@ -638,6 +638,113 @@ def _pin(solver: z3.Solver, model: z3.ModelRef, cfg: Config, sem: Semantics,
         raise _Undecided("pinned counterexample")
 
 
+class _Fallback(Exception):
+    """A joint probe came back unknown (or out of time): search layout by layout."""
+
+
+# a joint probe's time limit: it is only a shortcut (the search layout by layout answers
+# the same); the older family's joint probes take at most 0.3 s CPU
+JOINT_MS = 5_000
+
+
+def _one_of(layouts: Sequence[Sizes], hi: int) -> Callable[[Config], list[z3.BoolRef]]:
+    """The block sizes are one of ``layouts``, the prompt at most ``hi``."""
+    def extra(c: Config) -> list[z3.BoolRef]:
+        return [z3.Or([z3.And(*[b == v for b, v in zip(c.gpu, gpu, strict=True)],
+                              c.factor == f) for gpu, f in layouts]), c.prompt <= hi]
+    return extra
+
+
+def _least_joint(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: int,
+                 kinds: Sequence[str], layouts: Sequence[Sizes], hi: int, deadline: float
+                 ) -> tuple[int, int] | None:
+    """The least (prompt, index in ``layouts``) with a counterexample and a prompt of at
+    most ``hi``, or None: the answer of the search layout by layout, from queries that
+    leave the block sizes to the solver among several layouts at once (unsat for all of
+    them, or a model naming one). Raises _Fallback when a query is undecided."""
+    def probe(among: Sequence[Sizes], hi: int) -> tuple[int, int] | None:
+        left = int((deadline - time.monotonic()) * 1000)
+        if left <= 0:
+            raise _Fallback
+        res, p, solver = bmc(thm, sem, assumed, min(left, JOINT_MS), passes, kinds=kinds,
+                             extra=_one_of(among, hi))
+        if res == z3.unknown:
+            raise _Fallback
+        if solver is None:
+            return None
+        m = solver.model()
+        layout = (tuple(_int(m, b) for b in p.cfg.gpu), _int(m, p.cfg.factor))
+        return _int(m, p.cfg.prompt), list(layouts).index(layout)
+
+    got = probe(layouts, hi)
+    if got is None:
+        return None
+    found, j = got
+    lo = 1
+    while lo < found:  # the smallest prompt of any of them
+        mid = (lo + found) // 2
+        got = probe(layouts, mid)
+        if got is None:
+            lo = mid + 1
+        else:
+            found, j = got
+    while j > 0:  # the first of them with a counterexample at that prompt
+        got = probe(layouts[:j], found)
+        if got is None:
+            break
+        j = got[1]
+    return found, j
+
+
+def _least(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: int,
+           kinds: Sequence[str], layouts: Sequence[Sizes], deadline: float
+           ) -> tuple[tuple[int, int] | None, bool]:
+    """The least (prompt, index in ``layouts``) with a counterexample, or None; and
+    whether a query came back unknown. Layout by layout, each one's smallest prompt that
+    beats the best so far; once a layout has one, the layouts after it are asked
+    together (``_least_joint``: one query instead of one per layout, most of them
+    unsat), and one by one only if that is undecided."""
+    best: tuple[int, int] | None = None
+    unknown = False
+    joint = True
+    i = 0
+    while i < len(layouts):
+        layout = layouts[i]
+        left = int((deadline - time.monotonic()) * 1000)
+        if left <= 0:
+            return best, True
+        if best is not None and joint:
+            if best[0] <= 1:
+                break
+            try:
+                better = _least_joint(thm, sem, assumed, passes, kinds, layouts[i:],
+                                      best[0] - 1, deadline)
+                return (best if better is None else (better[0], i + better[1])), unknown
+            except _Fallback:
+                joint = False
+        hi = best[0] - 1 if best else None
+        res, p, solver = bmc(thm, sem, assumed, min(left, 4 * PIN_MS), passes,
+                             sizes=layout, kinds=kinds,
+                             extra=None if hi is None else partial(_prompt_at_most, hi))
+        unknown |= res == z3.unknown
+        i += 1
+        if solver is None:
+            continue
+        found = _int(solver.model(), p.cfg.prompt)
+        lo = 1
+        while lo < found:  # binary search for this layout's smallest prompt
+            mid = (lo + found) // 2
+            res, p, solver = bmc(thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout,
+                                 kinds=kinds, extra=partial(_prompt_at_most, mid))
+            if solver is not None:
+                found = _int(solver.model(), p.cfg.prompt)
+            else:
+                unknown |= res == z3.unknown
+                lo = mid + 1
+        best = (found, i - 1)
+    return best, unknown
+
+
 def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int,
                    sizes: Sequence[Sizes] | None = None) -> Verdict:
     """The least counterexample to ``thm`` among requests the release's engine can
@@ -651,42 +758,15 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
     deadline = t0 + timeout_ms / 1000
     assumed = tuple(dict.fromkeys((*RUNTIME, *assumed)))
     best: tuple[int, Sizes, int] | None = None
-    # the problem and the solver whose last (sat) check found the best prompt: pinning
-    # starts from it (the same assertions as a fresh solve with the prompt fixed, plus
-    # an upper bound the prompt meets)
-    found_by: tuple[Problem, z3.Solver] | None = None
     unknown = False
     kinds: Sequence[str] = TEMPLATE
     for kinds in (TEMPLATE,) if sizes else SEARCH_KINDS:
+        layouts = list(sizes or size_space(kinds=kinds))
         for passes in range(1, BMC_PASSES + 1):  # most counterexamples need one pass
-            for layout in sizes or size_space(kinds=kinds):
-                left = int((deadline - time.monotonic()) * 1000)
-                if left <= 0:
-                    unknown = True
-                    break
-                hi = best[0] - 1 if best else None
-                res, p, solver = bmc(thm, sem, assumed, min(left, 4 * PIN_MS), passes,
-                                     sizes=layout, kinds=kinds,
-                                     extra=None if hi is None else partial(_prompt_at_most, hi))
-                if res == z3.unknown:
-                    unknown = True
-                if solver is None:
-                    continue
-                found = _int(solver.model(), p.cfg.prompt)
-                found_by = (p, solver)
-                lo = 1
-                while lo < found:  # binary search for this layout's smallest prompt
-                    mid = (lo + found) // 2
-                    res, p, solver = bmc(thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout,
-                                         kinds=kinds, extra=partial(_prompt_at_most, mid))
-                    if solver is not None:
-                        found = _int(solver.model(), p.cfg.prompt)
-                        found_by = (p, solver)
-                    else:
-                        unknown |= res == z3.unknown
-                        lo = mid + 1
-                best = (found, layout, passes)
-            if best is not None:
+            least, undecided = _least(thm, sem, assumed, passes, kinds, layouts, deadline)
+            unknown |= undecided
+            if least is not None:
+                best = (least[0], layouts[least[1]], passes)
                 break
         if best is not None:
             break
@@ -699,13 +779,13 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
                             + " and ".join(f"({', '.join(k)})" for k in SEARCH_KINDS)
                             + ", among requests the engine can produce")
     prompt, layout, passes = best
-    assert found_by is not None
-    p, solver = found_by
-    model = solver.model()
-    solver.add(p.cfg.prompt == prompt)  # the model has this prompt
+    res, p, solver = bmc(thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout, kinds=kinds,
+                         extra=lambda c: [c.prompt == prompt])
+    if solver is None:
+        return Verdict("UNKNOWN", time.monotonic() - t0, note="counterexample lost on re-solve")
     nblocks = [prompt // (b * layout[1]) for b in layout[0]]
     try:
-        _pin(solver, model, p.cfg, sem, nblocks)
+        _pin(solver, solver.model(), p.cfg, sem, nblocks)
     except _Undecided as e:
         return Verdict("UNKNOWN", time.monotonic() - t0,
                        note=f"counterexample found, but its minimum is undecided ({e})")
