@@ -204,3 +204,20 @@ def test_abstract_turn_is_the_exact_turn(kind: str) -> None:
         after.m == exact.m, after.num_hit == exact.num_hit, after.defer == exact.defer,
         after.looked == exact.looked, after.next == exact.next)))
     assert _check(enc.cons + bind + [z3.Not(same)]) == z3.unsat
+
+
+def test_turn_lemmas_together_fail_as_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The turn lemmas asked in one query (layers.lemma_turns) prove nothing a lemma's
+    own query does not: with post sabotaged the joint query is sat, and the proof still
+    fails at lemma post, named as before."""
+    sem = get_semantics("vllm-0.24.0")
+    assert _check(layers.lemma_turns(sem, (), layers.TURN_FACTS, "full_attention")) == z3.unsat
+
+    def unguarded(t: lemmas.Turn, ok_m2: z3.BoolRef) -> z3.BoolRef:
+        return z3.Implies(z3.And(z3.Not(t.too_short), z3.Not(t.no_hit)), ok_m2)
+
+    monkeypatch.setitem(lemmas.LEMMAS, "post", replace(lemmas.LEMMAS["post"], fact=unguarded))
+    assert _check(layers.lemma_turns(sem, (), layers.TURN_FACTS, "full_attention")) == z3.sat
+    assumed = tuple(dict.fromkeys((*theorems.RUNTIME, *THEOREMS["whole-blocks"].pre(sem.name))))
+    assert check_mod.prove(THEOREMS["whole-blocks"], sem, assumed, 60_000) == (
+        "FAILED", "lemma post (full_attention)")

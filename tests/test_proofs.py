@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from model.evaluate import evaluate
@@ -41,3 +43,36 @@ def test_counterexamples_are_deterministic() -> None:
     assert runs[0].status == "COUNTEREXAMPLE" and runs[0].counterexample is not None
     assert runs[0].counterexample == runs[1].counterexample
     assert runs[0].counterexample["valid_hit"] > 0
+
+
+def test_joint_layout_search_is_the_one_by_one_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """check._least asks the layouts after the first with a counterexample together
+    (_least_joint); one by one (its fallback) it finds the same least counterexample."""
+    import time
+
+    from proofs import check
+
+    sem = get_semantics("vllm-0.24.0")
+    thm = THEOREMS["whole-blocks"]
+    assumed = tuple(dict.fromkeys((*check.RUNTIME, *(p for p in thm.pre(sem.name)
+                                                      if p != "same-block-size"))))
+    # largest first: the first layout with a counterexample is not the least, so the
+    # joint queries find a smaller prompt and then the first layout with it
+    layouts = list(reversed(check.size_space()))
+    args = (thm, sem, assumed, 1, check.TEMPLATE, layouts, time.monotonic() + 120)
+    asked: list[object] = []
+    least_joint = check._least_joint
+
+    def spy(*a: Any) -> Any:
+        asked.append(least_joint(*a))
+        return asked[-1]
+
+    monkeypatch.setattr(check, "_least_joint", spy)
+    joint = check._least(*args)
+    assert asked and asked[0] is not None  # the joint search found the least
+
+    def undecided(*a: object) -> None:
+        raise check._Fallback
+
+    monkeypatch.setattr(check, "_least_joint", undecided)
+    assert check._least(*args) == joint == ((3, 17), False)
