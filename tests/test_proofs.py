@@ -51,15 +51,16 @@ def test_joint_layout_search_is_the_one_by_one_search(monkeypatch: pytest.Monkey
     import time
 
     from proofs import check
+    from proofs.theorems import RUNTIME, TEMPLATE
 
     sem = get_semantics("vllm-0.24.0")
     thm = THEOREMS["whole-blocks"]
-    assumed = tuple(dict.fromkeys((*check.RUNTIME, *(p for p in thm.pre(sem.name)
+    assumed = tuple(dict.fromkeys((*RUNTIME, *(p for p in thm.pre(sem.name)
                                                       if p != "same-block-size"))))
     # largest first: the first layout with a counterexample is not the least, so the
     # joint queries find a smaller prompt and then the first layout with it
     layouts = list(reversed(check.size_space()))
-    args = (thm, sem, assumed, 1, check.TEMPLATE, layouts, time.monotonic() + 120)
+    args = (thm, sem, assumed, 1, TEMPLATE, layouts, time.monotonic() + 120)
     asked: list[object] = []
     least_joint = check._least_joint
 
