@@ -11,15 +11,12 @@ block size. Each function returns queries that must be unsatisfiable.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from functools import partial
 
 import z3
 
 from model.semantics import Semantics
-from proofs import encoding
 from proofs.encoding import (
     FA,
     MAMBA,
@@ -53,28 +50,13 @@ ROLES = ("the group", "where the hit ends", "the last turn")
 Query = tuple[str, Callable[[bool], list[z3.BoolRef]]]  # built with or without rich grounding
 
 
-# the symbols, helpers and premises every query of a (semantics, assumed, kinds, rich)
-# starts from, built once per process (with the functions that write them: a test or
-# mutant may replace one); each query continues on a copy, whose fresh symbols are named
-# as they would be from scratch, so the query is the very one built from scratch
-_SETUPS: dict[tuple[object, ...], tuple[Enc, Config, Derived, list[z3.BoolRef], int]] = {}
-
-
 def _setup(sem: Semantics, assumed: Sequence[str], kinds: Sequence[str], rich: bool = False
            ) -> tuple[Enc, Config, Derived, list[z3.BoolRef]]:
-    key = (sem.name, tuple(assumed), tuple(kinds), rich, precondition_formula, startup,
-           derive, symbolic_config, tuple(v for v in vars(encoding).values() if callable(v)))
-    if key not in _SETUPS:
-        enc = Enc(rich=rich)
-        cfg = symbolic_config(kinds)
-        d = derive(enc, cfg, sem, symbolic_env())
-        pre = [startup(cfg, sem)] + [precondition_formula(p, enc, cfg, d) for p in assumed]
-        _SETUPS[key] = (enc, cfg, d, pre, next(enc.counter))
-    enc, cfg, d, pre, fresh = _SETUPS[key]
-    copy = replace(enc, cons=list(enc.cons), counter=itertools.count(fresh),
-                   facts=list(enc.facts), hints={k: list(v) for k, v in enc.hints.items()},
-                   memo=dict(enc.memo), inst=dict(enc.inst))
-    return copy, cfg, d, list(pre)
+    enc = Enc(rich=rich)
+    cfg = symbolic_config(kinds)
+    d = derive(enc, cfg, sem, symbolic_env())
+    premises = [startup(cfg, sem)] + [precondition_formula(p, enc, cfg, d) for p in assumed]
+    return enc, cfg, d, premises
 
 
 def _finish(enc: Enc, cons: list[z3.BoolRef]) -> list[z3.BoolRef]:

@@ -356,9 +356,6 @@ def _forget_proofs() -> None:
         check._UNROLLED.clear()  # queries built by the other code
         check._LOOPS.clear()
         check._ANSWERS.clear()
-    layers = sys.modules.get("proofs.layers")
-    if layers is not None:
-        layers._SETUPS.clear()
     witness = sys.modules.get("proofs.witness")
     if witness is not None:
         witness._BUILT.clear()
