@@ -135,6 +135,16 @@ def _scenario_name(row: Row, suffix: str = "") -> str:
     return f"{row.theorem}--{row.semantics}{suffix}"
 
 
+def picture_title(theorem: str, semantics: str, suffix: str = "") -> str:
+    """The title of the picture of counterexample ``{theorem}--{semantics}{suffix}``
+    (the spec draws the same one under the same title: drawn once, copied)."""
+    if suffix == "--accepted":
+        return f"{theorem} on {semantics}, no precondition"
+    if suffix.startswith("--without-"):
+        return f"{theorem} on {semantics} without {suffix.removeprefix('--without-')}"
+    return f"{theorem} fails on {semantics}"
+
+
 def row_json(row: Row) -> dict[str, Any]:
     return {
         "theorem": row.theorem,
@@ -312,7 +322,7 @@ def write_report(rows: Sequence[Row], out: Path, jobs: int = 1,
                 (out / "counterexamples" / f"{base}.json").write_text(
                     json.dumps(r.verdict.counterexample, indent=1) + "\n")
                 lines = _picture(r.verdict.counterexample, out / f"{base}.png",
-                                 f"{name} fails on {r.semantics}", drawings)
+                                 picture_title(name, r.semantics), drawings)
                 md += ["", f"Minimal counterexample (`counterexamples/{base}.json`):", "",
                        f"![{base}]({base}.png)", "", "```", *lines, "```"]
             if r.accepted is not None:
@@ -323,7 +333,8 @@ def write_report(rows: Sequence[Row], out: Path, jobs: int = 1,
                     (out / "counterexamples" / f"{base}.json").write_text(
                         json.dumps(r.accepted.counterexample, indent=1) + "\n")
                     lines = _picture(r.accepted.counterexample, out / f"{base}.png",
-                                     f"{name} on {r.semantics}, no precondition", drawings)
+                                     picture_title(name, r.semantics, "--accepted"),
+                                     drawings)
                     md += ["", f"  ![{base}]({base}.png)", "", "```", *lines, "```"]
             for n in r.necessity:
                 md.append(f"\n- dropping `{n.precondition}`: {n.status}")
@@ -332,8 +343,8 @@ def write_report(rows: Sequence[Row], out: Path, jobs: int = 1,
                     (out / "counterexamples" / f"{base}.json").write_text(
                         json.dumps(n.counterexample, indent=1) + "\n")
                     lines = _picture(n.counterexample, out / f"{base}.png",
-                                     f"{name} on {r.semantics} without {n.precondition}",
-                                     drawings)
+                                     picture_title(name, r.semantics,
+                                                   f"--without-{n.precondition}"), drawings)
                     md += ["", f"  ![{base}]({base}.png)", "", "```", *lines, "```"]
             md.append("")
     if queue is None:

@@ -44,7 +44,7 @@ from model.proposed_assert import FIRES_IN, proposed_assertion_fires
 from model.scenario import parse_scenario
 from model.semantics import Semantics, get_semantics
 from proofs import abstract, theorems
-from proofs.report import Drawing, draw_all
+from proofs.report import Drawing, draw_all, picture_title
 from proofs.theorems import PRECONDITIONS, THEOREMS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -666,7 +666,10 @@ def pictures(code: CodeFacts, results: Results) -> dict[str, tuple[dict[str, Any
     """Every picture the pages show: file (relative to docs) -> (scenario, semantics, title)."""
     out: dict[str, tuple[dict[str, Any], str, str]] = {}
     for c in _counterexamples(results):
-        out[f"{IMG}/{c['name']}.png"] = (c["scenario"], c["semantics"], c["heading"])
+        # the report's title: the report's picture of it, copied where the two are the same
+        suffix = c["name"].removeprefix(f"{c['theorem']}--{c['semantics']}")
+        out[f"{IMG}/{c['name']}.png"] = (c["scenario"], c["semantics"],
+                                         picture_title(c["theorem"], c["semantics"], suffix))
     seed = results.facts.get("seed_counterexample")
     if seed:
         for version in ("0.23.0", "0.24.0"):
