@@ -230,9 +230,10 @@ def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "",
     # one draw (the constrained layout runs inside it; savefig would lay out, measure a
     # tight box and draw again), written as RGB by Pillow with no metadata: the same
     # input gives the same bytes
-    canvas.draw()
-    Image.frombuffer("RGBA", canvas.get_width_height(physical=True),
-                     canvas.buffer_rgba()).convert("RGB").save(path, format="png")
+    canvas.draw()  # type: ignore[no-untyped-call]  # (matplotlib's Agg canvas: no hints)
+    rgba = canvas.buffer_rgba()  # type: ignore[no-untyped-call]
+    Image.frombuffer("RGBA", canvas.get_width_height(physical=True), rgba).convert(
+        "RGB").save(path, format="png")
 
 
 def _explain_v033(s: Scenario, o: Outcome, lay: ChunkLayout) -> str:

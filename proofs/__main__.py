@@ -22,8 +22,14 @@ from model.args import OneLineParser, bounded_float, bounded_int, output_dir
 from model.semantics import MODEL_SEMANTICS as SEMANTICS
 from proofs.publish import publish, publish_failed, staging, stamp
 from proofs.report import Drawing, Side, draw_all, run_all, write_report
-from proofs.spec import (FACT_PARTS, PAIR_FACTS, collect_facts, fact_part, facts_from_pairs,
-                         write_spec)
+from proofs.spec import (
+    FACT_PARTS,
+    PAIR_FACTS,
+    collect_facts,
+    fact_part,
+    facts_from_pairs,
+    write_spec,
+)
 from proofs.theorems import THEOREMS
 
 
