@@ -12,6 +12,7 @@ import argparse
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 import traceback
 from functools import partial
@@ -21,7 +22,7 @@ from typing import Any
 from model.args import OneLineParser, bounded_float, bounded_int, output_dir
 from model.semantics import MODEL_SEMANTICS as SEMANTICS
 from proofs.publish import publish, publish_failed, staging, stamp
-from proofs.report import Drawing, Side, draw_all, run_all, write_report
+from proofs.report import Drawing, EarlyPictures, Side, draw_all, run_all, write_report
 from proofs.spec import (
     FACT_PARTS,
     PAIR_FACTS,
@@ -97,8 +98,12 @@ def main(argv: list[str] | None = None) -> int:
         facts: dict[str, Any] = {}
         cpu: dict[str, float] = {}
         t1 = time.monotonic()
+        # each row's pictures go into the pool as the row ends (behind the pairs)
+        scratch = tempfile.TemporaryDirectory(prefix="proofs-pictures-")
+        early = EarlyPictures(pool, Path(scratch.name)) if pool is not None else None
         rows = run_all(args.theorem, args.semantics, args.timeout, not args.no_necessity,
-                       args.jobs, pool, side, facts, cpu)
+                       args.jobs, pool, side, facts, cpu,
+                       early.rows if early is not None else None)
         t2 = time.monotonic()
         drawings: list[Drawing] = []
         write_report(rows, tmp, args.jobs, drawings)
@@ -107,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             write_spec(tmp, collect_facts(facts | facts_from_pairs(rows)), args.jobs,
                        drawings)
         t3 = time.monotonic()
-        cpu["pictures"] = draw_all(drawings, args.jobs, pool)
+        cpu["pictures"] = draw_all(drawings, args.jobs, pool, early)
+        scratch.cleanup()
         t4 = time.monotonic()
         _times(cpu, len(drawings), t2 - t1, t3 - t2, t4 - t3)
         bad = [r for r in rows if not r.matches]
