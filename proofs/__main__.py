@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         cpu["pictures"] = draw_all(drawings, args.jobs, pool, early)
         scratch.cleanup()
         t4 = time.monotonic()
-        _times(cpu, len(drawings), t2 - t1, t3 - t2, t4 - t3)
+        _times(cpu, len(drawings), t2 - t1, t3 - t2, t4 - t3,
+               len(early.drawn) if early is not None else 0)
         bad = [r for r in rows if not r.matches]
         verdict = (f"{'FAIL' if bad else 'PASS'}: {len(rows) - len(bad)} of {len(rows)} "
                    f"results match their expectation ({scope})")
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if bad else 0
 
 def _times(cpu: dict[str, float], drawn: int, pairs_s: float, write_s: float,
-           draw_s: float) -> None:
+           draw_s: float, early: int = 0) -> None:
     """Where the run's time went (stderr, one line each; bench/bench_proofs.py reads the
     lines starting "time:")."""
     facts = {k: v for k, v in cpu.items() if k in FACT_PARTS}
@@ -157,7 +158,8 @@ def _times(cpu: dict[str, float], drawn: int, pairs_s: float, write_s: float,
     if facts:
         say(f"time:   facts ({', '.join(facts)}): {sum(facts.values()):.1f}s CPU")
     say(f"time: report and spec pages {write_s:.1f}s wall (this process)")
-    say(f"time: pictures ({drawn}) {draw_s:.1f}s wall, {cpu['pictures']:.1f}s CPU")
+    say(f"time: pictures ({drawn}) {draw_s:.1f}s wall, {cpu['pictures']:.1f}s CPU"
+        + (f" ({early} drawn while the pairs ran)" if early else ""))
 
 
 if __name__ == "__main__":

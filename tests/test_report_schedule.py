@@ -46,3 +46,53 @@ def test_a_group_longer_than_a_share_is_split(monkeypatch: pytest.MonkeyPatch) -
     labels = _order()
     assert labels[:2] == ["loads-stored-only (0.33.0 family, 2 pairs, part 1 of 2)",
                           "loads-stored-only (0.33.0 family, 2 pairs, part 2 of 2)"]
+
+
+class _Done:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def get(self) -> float:
+        return self.value
+
+
+class _Now:
+    """A stand-in pool that runs a task when it is put in."""
+
+    def apply_async(self, fn: Any, args: tuple[Any, ...]) -> _Done:
+        return _Done(fn(*args))
+
+    def map(self, fn: Any, todo: list[Any], chunksize: int = 1) -> list[Any]:
+        return [fn(x) for x in todo]
+
+
+def test_a_picture_drawn_while_the_pairs_ran_is_copied_not_drawn_again(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    from pathlib import Path
+
+    from proofs.check import Verdict
+
+    drawn: list[str] = []
+
+    def draw(d: report.Drawing) -> float:
+        drawn.append(d.title)
+        d.path.write_bytes(d.key().encode())
+        return 1.0
+
+    monkeypatch.setattr(report, "draw", draw)
+    name = "no-partial-state--vllm-0.23.0"
+    cex = json.loads((Path(__file__).parent.parent / "docs" / "counterexamples"
+                      / f"{name}.json").read_text())
+    row = report.Row("no-partial-state", "vllm-0.23.0",
+                     Verdict("COUNTEREXAMPLE", 0.0, cex), "fails", ())
+    pool = _Now()
+    early = report.EarlyPictures(pool, tmp_path / "scratch")
+    early.rows([row])
+    assert drawn == [report.picture_title("no-partial-state", "vllm-0.23.0")]
+    queue: list[report.Drawing] = []
+    report.write_report([row], tmp_path / "out", queue=queue)
+    assert report.draw_all(queue, 2, pool, early) == 1.0
+    assert len(drawn) == 1
+    picture = (tmp_path / "out" / f"{name}.png").read_bytes()
+    assert picture == queue[0].key().encode()
