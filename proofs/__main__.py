@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         t1 = time.monotonic()
         # each row's pictures go into the pool as the row ends (behind the pairs)
         scratch = tempfile.TemporaryDirectory(prefix="proofs-pictures-")
-        early = EarlyPictures(pool, Path(scratch.name)) if pool is not None else None
+        early = EarlyPictures(pool, Path(scratch.name), full) if pool is not None else None
         rows = run_all(args.theorem, args.semantics, args.timeout, not args.no_necessity,
                        args.jobs, pool, side, facts, cpu,
                        early.rows if early is not None else None)

@@ -225,16 +225,22 @@ class EarlyPictures:
     exists (queued behind every pair and fact, so a process takes one only when it has
     nothing else left): ``draw_all`` then copies them instead of drawing them again."""
 
-    def __init__(self, pool: Any, scratch: Path) -> None:
-        self.pool, self.scratch = pool, scratch
+    def __init__(self, pool: Any, scratch: Path, spec: bool = False) -> None:
+        self.pool, self.scratch, self.spec = pool, scratch, spec  # spec: the run writes it
         self.drawn: dict[str, tuple[Path, Any]] = {}  # Drawing.key() -> (file, its result)
         self.calls = 0
 
     def rows(self, rows: list[Row]) -> None:
-        """Queue the pictures of ``rows`` (as ``write_report`` names and titles them)."""
+        """Queue the pictures of ``rows``, the report's (as ``write_report`` names and
+        titles them) and, with ``spec``, the spec's (``proofs.spec.row_drawings``)."""
+        from proofs.spec import row_drawings
+
         queue: list[Drawing] = []
         self.calls += 1
-        write_report(rows, self.scratch / str(self.calls), queue=queue)
+        scratch = self.scratch / str(self.calls)
+        write_report(rows, scratch, queue=queue)
+        if self.spec:
+            queue += row_drawings(scratch, [row_json(r) for r in rows])
         for d in queue:
             if d.key() not in self.drawn:
                 self.drawn[d.key()] = (d.path, self.pool.apply_async(draw, (d,)))

@@ -662,8 +662,10 @@ def render(code: CodeFacts, results: Results) -> dict[str, str]:
             for page, template in PAGES.items()}
 
 
-def pictures(code: CodeFacts, results: Results) -> dict[str, tuple[dict[str, Any], str, str]]:
-    """Every picture the pages show: file (relative to docs) -> (scenario, semantics, title)."""
+def pictures(code: CodeFacts | None, results: Results
+             ) -> dict[str, tuple[dict[str, Any], str, str]]:
+    """Every picture the pages show: file (relative to docs) -> (scenario, semantics, title)
+    (from the results alone: ``code`` is not needed)."""
     out: dict[str, tuple[dict[str, Any], str, str]] = {}
     for c in _counterexamples(results):
         # the report's title: the report's picture of it, copied where the two are the same
@@ -692,6 +694,22 @@ def _drawing(scenario: dict[str, Any], semantics: str, path: Path, title: str,
                    ex.larger if maximality_picture else None, ex.refused)
 
 
+def drawings(directory: Path, drawn: dict[str, tuple[dict[str, Any], str, str]]
+             ) -> list[Drawing]:
+    """``pictures``' pictures, to be drawn into ``directory``."""
+    return [_drawing(scen, sem, directory / rel, title,
+                     rel.split("/")[-1].startswith("maximality"))
+            for rel, (scen, sem, title) in drawn.items()]
+
+
+def row_drawings(directory: Path, rows: Sequence[dict[str, Any]]) -> list[Drawing]:
+    """The pictures the spec will show of these rows of report.json (and those that need
+    no result), before the run has every row (``proofs.report.EarlyPictures``)."""
+    results = Results(tuple(rows))
+    (directory / IMG).mkdir(parents=True, exist_ok=True)
+    return drawings(directory, pictures(None, results))
+
+
 def write_spec(directory: Path, facts: dict[str, Any] | None = None, jobs: int = 1,
                queue: list[Drawing] | None = None) -> list[Path]:
     """Write every page (Markdown and HTML) and picture into ``directory`` (next to
@@ -706,9 +724,7 @@ def write_spec(directory: Path, facts: dict[str, Any] | None = None, jobs: int =
     for old in (directory / IMG).glob("*.png"):
         if f"{IMG}/{old.name}" not in drawn:
             old.unlink()
-    todo = [_drawing(scen, sem, directory / rel, title,
-                     rel.split("/")[-1].startswith("maximality"))
-            for rel, (scen, sem, title) in drawn.items()]
+    todo = drawings(directory, drawn)
     if queue is None:
         draw_all(todo, jobs)
     else:

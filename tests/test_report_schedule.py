@@ -96,3 +96,31 @@ def test_a_picture_drawn_while_the_pairs_ran_is_copied_not_drawn_again(
     assert len(drawn) == 1
     picture = (tmp_path / "out" / f"{name}.png").read_bytes()
     assert picture == queue[0].key().encode()
+
+
+def test_the_spec_pictures_of_a_row_are_drawn_early_too(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the spec, a row's spec pictures go early as well: every picture write_spec
+    would draw from the finished report.json (facts apart) is one of them, byte for byte
+    (the same Drawing key), so draw_all copies it."""
+    import json
+    from pathlib import Path
+
+    from proofs import spec
+    from proofs.check import Verdict
+
+    monkeypatch.setattr(report, "draw", lambda d: 0.0)
+    cexs = Path(__file__).parent.parent / "docs" / "counterexamples"
+    rows = [report.Row("maximality", "vllm-0.24.0", Verdict("PROVED", 0.0), "holds", (),
+                       None, Verdict("COUNTEREXAMPLE", 0.0, json.loads(
+                           (cexs / "maximality--vllm-0.24.0--accepted.json").read_text()))),
+            report.Row("no-partial-state", "vllm-0.23.0", Verdict("COUNTEREXAMPLE", 0.0, json.loads(
+                (cexs / "no-partial-state--vllm-0.23.0.json").read_text())), "fails", ())]
+    early = report.EarlyPictures(_Now(), tmp_path / "scratch", spec=True)
+    for r in rows:
+        early.rows([r])
+    report.write_report(rows, tmp_path / "out", queue=[])
+    results = spec.load_results(tmp_path / "out")
+    later = spec.drawings(tmp_path / "out", spec.pictures(None, results))
+    assert len(later) == 3  # two counterexamples and the scaled alt-round-num-hit
+    assert all(d.key() in early.drawn for d in later)
