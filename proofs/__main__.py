@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name, seconds in FACT_PARTS.items()
                 if name not in PAIR_FACTS] if full and pool is not None else []
         facts: dict[str, Any] = {}
+        ends: list[float] = []
         cpu: dict[str, float] = {}
         t1 = time.monotonic()
         # each row's pictures go into the pool as the row ends (behind the pairs)
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         early = EarlyPictures(pool, Path(scratch.name), full) if pool is not None else None
         rows = run_all(args.theorem, args.semantics, args.timeout, not args.no_necessity,
                        args.jobs, pool, side, facts, cpu,
-                       early.rows if early is not None else None)
+                       early.rows if early is not None else None, ends)
         t2 = time.monotonic()
         drawings: list[Drawing] = []
         write_report(rows, tmp, args.jobs, drawings)
@@ -115,8 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         cpu["pictures"] = draw_all(drawings, args.jobs, pool, early)
         scratch.cleanup()
         t4 = time.monotonic()
+        # process-seconds idle at the end of the pairs: each process's last task ended
+        # before the run's last one (the early pictures' time to run)
+        idle = sum(ends[-1] - e for e in ends[-args.jobs:-1]) if len(ends) > 1 else 0.0
         _times(cpu, len(drawings), t2 - t1, t3 - t2, t4 - t3,
-               len(early.drawn) if early is not None else 0)
+               len(early.drawn) if early is not None else 0, idle)
         bad = [r for r in rows if not r.matches]
         verdict = (f"{'FAIL' if bad else 'PASS'}: {len(rows) - len(bad)} of {len(rows)} "
                    f"results match their expectation ({scope})")
@@ -145,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if bad else 0
 
 def _times(cpu: dict[str, float], drawn: int, pairs_s: float, write_s: float,
-           draw_s: float, early: int = 0) -> None:
+           draw_s: float, early: int = 0, idle: float = 0.0) -> None:
     """Where the run's time went (stderr, one line each; bench/bench_proofs.py reads the
     lines starting "time:")."""
     facts = {k: v for k, v in cpu.items() if k in FACT_PARTS}
@@ -157,6 +161,8 @@ def _times(cpu: dict[str, float], drawn: int, pairs_s: float, write_s: float,
         say(f"time:   {label}: {s:.1f}s CPU")
     if facts:
         say(f"time:   facts ({', '.join(facts)}): {sum(facts.values()):.1f}s CPU")
+    say(f"time:   tail: {idle:.1f}s of processes with no pair or fact left (from each one's "
+        "last to the run's last; the early pictures' time)")
     say(f"time: report and spec pages {write_s:.1f}s wall (this process)")
     say(f"time: pictures ({drawn}) {draw_s:.1f}s wall, {cpu['pictures']:.1f}s CPU"
         + (f" ({early} drawn while the pairs ran)" if early else ""))

@@ -446,11 +446,13 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
             necessity: bool = True, jobs: int = 1, pool: Any = None,
             side: Sequence[Side] = (), results: dict[str, Any] | None = None,
             cpu: dict[str, float] | None = None,
-            done_rows: Callable[[list[Row]], None] | None = None) -> list[Row]:
+            done_rows: Callable[[list[Row]], None] | None = None,
+            ends: list[float] | None = None) -> list[Row]:
     """Every pair, ``jobs`` at a time (separate processes; or in ``pool``); a line per pair
     as it ends. The ``side`` tasks run in the same processes, their results put in
     ``results`` by name; ``cpu`` gets each group's (and side task's) CPU seconds;
-    ``done_rows`` is called with each group's rows as they end."""
+    ``done_rows`` is called with each group's rows as they end; ``ends`` gets the time
+    (time.monotonic) each group or side task ended at, in order."""
     print(f"{'theorem':<20}{'semantics':<30}{'status':<16}{'expected':<10}"
           f"{'match':<7}{'seconds':>8}", flush=True)
     pairs = [(t, s, timeout_s, necessity) for t in theorems for s in semantics
@@ -503,6 +505,8 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
                 if done_rows is not None:
                     done_rows(out)
             cpu[label] = seconds
+            if ends is not None:
+                ends.append(time.monotonic())
     finally:
         if own:
             pool.close()
