@@ -138,9 +138,11 @@ def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "",
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch, Rectangle
     from matplotlib.ticker import MaxNLocator
+    from PIL import Image
 
     T = s.num_tokens
     n = len(s.groups)
@@ -148,8 +150,9 @@ def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "",
     width = max(7.5, min(16.0, 4 + T / 6))
     extra = 1 if larger is not None else 0
     # a Figure on the Agg canvas, without pyplot (whose import costs about a second)
-    fig = Figure(figsize=(width, 2.6 + 0.8 * (n + extra)), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = Figure(figsize=(width, 2.6 + 0.8 * (n + extra)), dpi=110,
+                 layout=ConstrainedLayoutEngine(w_pad=0.1, h_pad=0.1))  # a margin all round
+    canvas = FigureCanvasAgg(fig)
     ax = fig.subplots()
     end = c + (o.hit_tokens or 0)
     handles: list[Patch | Line2D] = []
@@ -224,7 +227,13 @@ def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "",
                      fontsize=8, color="white", backgroundcolor=BAD)
     fig.legend(handles=handles, loc="outside lower center", ncol=2 if width < 10 else 3,
                fontsize=8, frameon=False)
-    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
+    # one draw (the constrained layout runs inside it; savefig would lay out, measure a
+    # tight box and draw again), written as RGB by Pillow with no metadata: the same
+    # input gives the same bytes
+    canvas.draw()  # type: ignore[no-untyped-call]  # (matplotlib's Agg canvas: no hints)
+    rgba = canvas.buffer_rgba()  # type: ignore[no-untyped-call]
+    Image.frombuffer("RGBA", canvas.get_width_height(physical=True), rgba).convert(
+        "RGB").save(path, format="png")
 
 
 def _explain_v033(s: Scenario, o: Outcome, lay: ChunkLayout) -> str:

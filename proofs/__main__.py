@@ -12,6 +12,7 @@ import argparse
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 import traceback
 from functools import partial
@@ -21,8 +22,15 @@ from typing import Any
 from model.args import OneLineParser, bounded_float, bounded_int, output_dir
 from model.semantics import MODEL_SEMANTICS as SEMANTICS
 from proofs.publish import publish, publish_failed, staging, stamp
-from proofs.report import Drawing, Side, draw_all, run_all, write_report
-from proofs.spec import FACT_PARTS, collect_facts, fact_part, write_spec
+from proofs.report import Drawing, EarlyPictures, Side, draw_all, run_all, write_report
+from proofs.spec import (
+    FACT_PARTS,
+    PAIR_FACTS,
+    collect_facts,
+    fact_part,
+    facts_from_pairs,
+    write_spec,
+)
 from proofs.theorems import THEOREMS
 
 
@@ -83,23 +91,36 @@ def main(argv: list[str] | None = None) -> int:
     pool = multiprocessing.Pool(args.jobs) if args.jobs > 1 else None
     try:
         tmp = staging(out)
+        # a fact that a pair computes anyway is taken from its row (PAIR_FACTS)
         side = [Side(name, fact_part, (name,), seconds, first=not name.startswith("sim:"))
-                for name, seconds in FACT_PARTS.items()] if full and pool is not None else []
+                for name, seconds in FACT_PARTS.items()
+                if name not in PAIR_FACTS] if full and pool is not None else []
         facts: dict[str, Any] = {}
+        ends: list[float] = []
         cpu: dict[str, float] = {}
         t1 = time.monotonic()
+        # each row's pictures go into the pool as the row ends (behind the pairs)
+        scratch = tempfile.TemporaryDirectory(prefix="proofs-pictures-")
+        early = EarlyPictures(pool, Path(scratch.name), full) if pool is not None else None
         rows = run_all(args.theorem, args.semantics, args.timeout, not args.no_necessity,
-                       args.jobs, pool, side, facts, cpu)
+                       args.jobs, pool, side, facts, cpu,
+                       early.rows if early is not None else None, ends)
         t2 = time.monotonic()
         drawings: list[Drawing] = []
         write_report(rows, tmp, args.jobs, drawings)
         if full:
             # the reviewers' spec, its pages (facts the pool did not compute: here)
-            write_spec(tmp, collect_facts(facts), args.jobs, drawings)
+            write_spec(tmp, collect_facts(facts | facts_from_pairs(rows)), args.jobs,
+                       drawings)
         t3 = time.monotonic()
-        cpu["pictures"] = draw_all(drawings, args.jobs, pool)
+        cpu["pictures"] = draw_all(drawings, args.jobs, pool, early)
+        scratch.cleanup()
         t4 = time.monotonic()
-        _times(cpu, len(drawings), t2 - t1, t3 - t2, t4 - t3)
+        # process-seconds idle at the end of the pairs: each process's last task ended
+        # before the run's last one (the early pictures' time to run)
+        idle = sum(ends[-1] - e for e in ends[-args.jobs:-1]) if len(ends) > 1 else 0.0
+        _times(cpu, len(drawings), t2 - t1, t3 - t2, t4 - t3,
+               len(early.drawn) if early is not None else 0, idle)
         bad = [r for r in rows if not r.matches]
         verdict = (f"{'FAIL' if bad else 'PASS'}: {len(rows) - len(bad)} of {len(rows)} "
                    f"results match their expectation ({scope})")
@@ -128,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if bad else 0
 
 def _times(cpu: dict[str, float], drawn: int, pairs_s: float, write_s: float,
-           draw_s: float) -> None:
+           draw_s: float, early: int = 0, idle: float = 0.0) -> None:
     """Where the run's time went (stderr, one line each; bench/bench_proofs.py reads the
     lines starting "time:")."""
     facts = {k: v for k, v in cpu.items() if k in FACT_PARTS}
@@ -140,8 +161,11 @@ def _times(cpu: dict[str, float], drawn: int, pairs_s: float, write_s: float,
         say(f"time:   {label}: {s:.1f}s CPU")
     if facts:
         say(f"time:   facts ({', '.join(facts)}): {sum(facts.values()):.1f}s CPU")
+    say(f"time:   tail: {idle:.1f}s of processes with no pair or fact left (from each one's "
+        "last to the run's last; the early pictures' time)")
     say(f"time: report and spec pages {write_s:.1f}s wall (this process)")
-    say(f"time: pictures ({drawn}) {draw_s:.1f}s wall, {cpu['pictures']:.1f}s CPU")
+    say(f"time: pictures ({drawn}) {draw_s:.1f}s wall, {cpu['pictures']:.1f}s CPU"
+        + (f" ({early} drawn while the pairs ran)" if early else ""))
 
 
 if __name__ == "__main__":

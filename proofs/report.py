@@ -135,6 +135,16 @@ def _scenario_name(row: Row, suffix: str = "") -> str:
     return f"{row.theorem}--{row.semantics}{suffix}"
 
 
+def picture_title(theorem: str, semantics: str, suffix: str = "") -> str:
+    """The title of the picture of counterexample ``{theorem}--{semantics}{suffix}``
+    (the spec draws the same one under the same title: drawn once, copied)."""
+    if suffix == "--accepted":
+        return f"{theorem} on {semantics}, no precondition"
+    if suffix.startswith("--without-"):
+        return f"{theorem} on {semantics} without {suffix.removeprefix('--without-')}"
+    return f"{theorem} fails on {semantics}"
+
+
 def row_json(row: Row) -> dict[str, Any]:
     return {
         "theorem": row.theorem,
@@ -210,28 +220,61 @@ def draw(d: Drawing) -> float:
     return time.process_time() - t0
 
 
-def draw_all(drawings: Sequence[Drawing], jobs: int = 1, pool: Any = None) -> float:
+class EarlyPictures:
+    """Pictures put in the run's pool while the pairs still run, each as soon as its row
+    exists (queued behind every pair and fact, so a process takes one only when it has
+    nothing else left): ``draw_all`` then copies them instead of drawing them again."""
+
+    def __init__(self, pool: Any, scratch: Path, spec: bool = False) -> None:
+        self.pool, self.scratch, self.spec = pool, scratch, spec  # spec: the run writes it
+        self.drawn: dict[str, tuple[Path, Any]] = {}  # Drawing.key() -> (file, its result)
+        self.calls = 0
+
+    def rows(self, rows: list[Row]) -> None:
+        """Queue the pictures of ``rows``, the report's (as ``write_report`` names and
+        titles them) and, with ``spec``, the spec's (``proofs.spec.row_drawings``)."""
+        from proofs.spec import row_drawings
+
+        queue: list[Drawing] = []
+        self.calls += 1
+        scratch = self.scratch / str(self.calls)
+        write_report(rows, scratch, queue=queue)
+        if self.spec:
+            queue += row_drawings(scratch, [row_json(r) for r in rows])
+        for d in queue:
+            if d.key() not in self.drawn:
+                self.drawn[d.key()] = (d.path, self.pool.apply_async(draw, (d,)))
+
+
+def draw_all(drawings: Sequence[Drawing], jobs: int = 1, pool: Any = None,
+             early: EarlyPictures | None = None) -> float:
     """Draw the pictures, ``jobs`` at a time (or in ``pool``); a picture that another one
     repeats byte for byte (the report's and the spec's of one counterexample under the
-    same title) is drawn once and copied. Their CPU seconds."""
+    same title) is drawn once and copied, and so is one already drawn in ``early``.
+    Their CPU seconds."""
     first: dict[str, Drawing] = {}
-    copies: list[tuple[Drawing, Drawing]] = []
+    copies: list[tuple[Drawing | Path, Drawing]] = []
+    cpu = 0.0
+    for _, result in (early.drawn.values() if early is not None else ()):
+        cpu += result.get()
     for d in drawings:
-        if d.key() in first:
+        if early is not None and d.key() in early.drawn:
+            copies.append((early.drawn[d.key()][0], d))
+        elif d.key() in first:
             copies.append((first[d.key()], d))
         else:
             first[d.key()] = d
     todo = list(first.values())
     jobs = min(jobs, len(todo))
     if pool is not None:
-        cpu = float(sum(pool.map(draw, todo, chunksize=1)))
+        cpu += float(sum(pool.map(draw, todo, chunksize=1)))
     elif jobs <= 1:
-        cpu = sum(draw(d) for d in todo)
+        cpu += sum(draw(d) for d in todo)
     else:
         with multiprocessing.Pool(jobs) as p:
-            cpu = float(sum(p.map(draw, todo, chunksize=1)))
+            cpu += float(sum(p.map(draw, todo, chunksize=1)))
     for src, dst in copies:
-        shutil.copyfile(src.path, dst.path)
+        shutil.copyfile(src if isinstance(src, Path) else src.path, dst.path)
     return cpu
 
 
@@ -312,7 +355,7 @@ def write_report(rows: Sequence[Row], out: Path, jobs: int = 1,
                 (out / "counterexamples" / f"{base}.json").write_text(
                     json.dumps(r.verdict.counterexample, indent=1) + "\n")
                 lines = _picture(r.verdict.counterexample, out / f"{base}.png",
-                                 f"{name} fails on {r.semantics}", drawings)
+                                 picture_title(name, r.semantics), drawings)
                 md += ["", f"Minimal counterexample (`counterexamples/{base}.json`):", "",
                        f"![{base}]({base}.png)", "", "```", *lines, "```"]
             if r.accepted is not None:
@@ -323,7 +366,8 @@ def write_report(rows: Sequence[Row], out: Path, jobs: int = 1,
                     (out / "counterexamples" / f"{base}.json").write_text(
                         json.dumps(r.accepted.counterexample, indent=1) + "\n")
                     lines = _picture(r.accepted.counterexample, out / f"{base}.png",
-                                     f"{name} on {r.semantics}, no precondition", drawings)
+                                     picture_title(name, r.semantics, "--accepted"),
+                                     drawings)
                     md += ["", f"  ![{base}]({base}.png)", "", "```", *lines, "```"]
             for n in r.necessity:
                 md.append(f"\n- dropping `{n.precondition}`: {n.status}")
@@ -332,8 +376,8 @@ def write_report(rows: Sequence[Row], out: Path, jobs: int = 1,
                     (out / "counterexamples" / f"{base}.json").write_text(
                         json.dumps(n.counterexample, indent=1) + "\n")
                     lines = _picture(n.counterexample, out / f"{base}.png",
-                                     f"{name} on {r.semantics} without {n.precondition}",
-                                     drawings)
+                                     picture_title(name, r.semantics,
+                                                   f"--without-{n.precondition}"), drawings)
                     md += ["", f"  ![{base}]({base}.png)", "", "```", *lines, "```"]
             md.append("")
     if queue is None:
@@ -401,10 +445,14 @@ def _print_row(r: Row) -> None:
 def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
             necessity: bool = True, jobs: int = 1, pool: Any = None,
             side: Sequence[Side] = (), results: dict[str, Any] | None = None,
-            cpu: dict[str, float] | None = None) -> list[Row]:
+            cpu: dict[str, float] | None = None,
+            done_rows: Callable[[list[Row]], None] | None = None,
+            ends: list[float] | None = None) -> list[Row]:
     """Every pair, ``jobs`` at a time (separate processes; or in ``pool``); a line per pair
     as it ends. The ``side`` tasks run in the same processes, their results put in
-    ``results`` by name; ``cpu`` gets each group's (and side task's) CPU seconds."""
+    ``results`` by name; ``cpu`` gets each group's (and side task's) CPU seconds;
+    ``done_rows`` is called with each group's rows as they end; ``ends`` gets the time
+    (time.monotonic) each group or side task ended at, in order."""
     print(f"{'theorem':<20}{'semantics':<30}{'status':<16}{'expected':<10}"
           f"{'match':<7}{'seconds':>8}", flush=True)
     pairs = [(t, s, timeout_s, necessity) for t in theorems for s in semantics
@@ -454,7 +502,11 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
                 for r in out:
                     rows.append(r)
                     _print_row(r)
+                if done_rows is not None:
+                    done_rows(out)
             cpu[label] = seconds
+            if ends is not None:
+                ends.append(time.monotonic())
     finally:
         if own:
             pool.close()

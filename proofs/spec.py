@@ -44,7 +44,7 @@ from model.proposed_assert import FIRES_IN, proposed_assertion_fires
 from model.scenario import parse_scenario
 from model.semantics import Semantics, get_semantics
 from proofs import abstract, theorems
-from proofs.report import Drawing, draw_all
+from proofs.report import Drawing, draw_all, picture_title
 from proofs.theorems import PRECONDITIONS, THEOREMS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -263,6 +263,21 @@ FACT_PARTS: dict[str, float] = {
     **{f"sim:{label}:{sem}": 1.6 for label in ("chat", "chat-hybrid") for sem in SIM_SEMANTICS},
     "rerun": 0.2}
 SIM_LABELS = {"chat": 0, "chat-hybrid": 1}  # label -> attention groups
+# a fact that is the same computation as a pair's counterexample search (the same theorem,
+# semantics and assumptions: ``proofs.check.counterexample`` adds RUNTIME to the
+# preconditions either way): the run takes it from that pair's verdict, in this run only
+PAIR_FACTS = {"alt_round_num_hit_counterexample": ("no-partial-state", "alt-round-num-hit")}
+
+
+def facts_from_pairs(rows: Sequence[Any]) -> dict[str, Any]:
+    """The parts of ``PAIR_FACTS`` that this run's rows (``proofs.report.Row``) already
+    found (a pair without a counterexample leaves its fact to ``collect_facts``)."""
+    out = {}
+    for name, (thm, sem) in PAIR_FACTS.items():
+        v = next((r.verdict for r in rows if (r.theorem, r.semantics) == (thm, sem)), None)
+        if v is not None and v.status == "COUNTEREXAMPLE" and v.counterexample:
+            out[name] = v.counterexample
+    return out
 
 
 def fact_part(name: str) -> Any:
@@ -276,9 +291,9 @@ def fact_part(name: str) -> Any:
         return v.counterexample if v.status == "COUNTEREXAMPLE" else None
     if name == "alt_round_num_hit_counterexample":
         # the review alternative on requests a real engine produces (GPU hit whole GPU
-        # blocks)
-        alt = counterexample(thm, get_semantics("alt-round-num-hit"),
-                             thm.preconditions + theorems.RUNTIME, 120_000)
+        # blocks): the pair's search (PAIR_FACTS)
+        alt = counterexample(thm, get_semantics(PAIR_FACTS[name][1]),
+                             thm.pre(PAIR_FACTS[name][1]) + theorems.RUNTIME, 120_000)
         return alt.counterexample if alt.status == "COUNTEREXAMPLE" else None
     from sim.config import EngineConfig
 
@@ -647,11 +662,16 @@ def render(code: CodeFacts, results: Results) -> dict[str, str]:
             for page, template in PAGES.items()}
 
 
-def pictures(code: CodeFacts, results: Results) -> dict[str, tuple[dict[str, Any], str, str]]:
-    """Every picture the pages show: file (relative to docs) -> (scenario, semantics, title)."""
+def pictures(code: CodeFacts | None, results: Results
+             ) -> dict[str, tuple[dict[str, Any], str, str]]:
+    """Every picture the pages show: file (relative to docs) -> (scenario, semantics, title)
+    (from the results alone: ``code`` is not needed)."""
     out: dict[str, tuple[dict[str, Any], str, str]] = {}
     for c in _counterexamples(results):
-        out[f"{IMG}/{c['name']}.png"] = (c["scenario"], c["semantics"], c["heading"])
+        # the report's title: the report's picture of it, copied where the two are the same
+        suffix = c["name"].removeprefix(f"{c['theorem']}--{c['semantics']}")
+        out[f"{IMG}/{c['name']}.png"] = (c["scenario"], c["semantics"],
+                                         picture_title(c["theorem"], c["semantics"], suffix))
     seed = results.facts.get("seed_counterexample")
     if seed:
         for version in ("0.23.0", "0.24.0"):
@@ -674,6 +694,22 @@ def _drawing(scenario: dict[str, Any], semantics: str, path: Path, title: str,
                    ex.larger if maximality_picture else None, ex.refused)
 
 
+def drawings(directory: Path, drawn: dict[str, tuple[dict[str, Any], str, str]]
+             ) -> list[Drawing]:
+    """``pictures``' pictures, to be drawn into ``directory``."""
+    return [_drawing(scen, sem, directory / rel, title,
+                     rel.split("/")[-1].startswith("maximality"))
+            for rel, (scen, sem, title) in drawn.items()]
+
+
+def row_drawings(directory: Path, rows: Sequence[dict[str, Any]]) -> list[Drawing]:
+    """The pictures the spec will show of these rows of report.json (and those that need
+    no result), before the run has every row (``proofs.report.EarlyPictures``)."""
+    results = Results(tuple(rows))
+    (directory / IMG).mkdir(parents=True, exist_ok=True)
+    return drawings(directory, pictures(None, results))
+
+
 def write_spec(directory: Path, facts: dict[str, Any] | None = None, jobs: int = 1,
                queue: list[Drawing] | None = None) -> list[Path]:
     """Write every page (Markdown and HTML) and picture into ``directory`` (next to
@@ -688,9 +724,7 @@ def write_spec(directory: Path, facts: dict[str, Any] | None = None, jobs: int =
     for old in (directory / IMG).glob("*.png"):
         if f"{IMG}/{old.name}" not in drawn:
             old.unlink()
-    todo = [_drawing(scen, sem, directory / rel, title,
-                     rel.split("/")[-1].startswith("maximality"))
-            for rel, (scen, sem, title) in drawn.items()]
+    todo = drawings(directory, drawn)
     if queue is None:
         draw_all(todo, jobs)
     else:

@@ -72,11 +72,14 @@ class Recurrence:
 
     def greedy(self, h: Vector, n: int) -> tuple[int, ...]:
         """``n`` greedy tokens generated from state ``h`` (fed back one by one)."""
+        # the same arithmetic as ``decay[tok] * h + drive[tok]``, on row views taken once
+        # (numpy's per-call overhead is most of this loop's cost)
+        readout, decay, drive = self.readout, list(self.decay), list(self.drive)
         out = []
         for _ in range(n):
-            tok = int(np.argmax(self.readout @ h))
+            tok = int((readout @ h).argmax())
             out.append(tok)
-            h = self.decay[tok] * h + self.drive[tok]
+            h = decay[tok] * h + drive[tok]
         return tuple(out)
 
 

@@ -46,3 +46,81 @@ def test_a_group_longer_than_a_share_is_split(monkeypatch: pytest.MonkeyPatch) -
     labels = _order()
     assert labels[:2] == ["loads-stored-only (0.33.0 family, 2 pairs, part 1 of 2)",
                           "loads-stored-only (0.33.0 family, 2 pairs, part 2 of 2)"]
+
+
+class _Done:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def get(self) -> float:
+        return self.value
+
+
+class _Now:
+    """A stand-in pool that runs a task when it is put in."""
+
+    def apply_async(self, fn: Any, args: tuple[Any, ...]) -> _Done:
+        return _Done(fn(*args))
+
+    def map(self, fn: Any, todo: list[Any], chunksize: int = 1) -> list[Any]:
+        return [fn(x) for x in todo]
+
+
+def test_a_picture_drawn_while_the_pairs_ran_is_copied_not_drawn_again(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    from pathlib import Path
+
+    from proofs.check import Verdict
+
+    drawn: list[str] = []
+
+    def draw(d: report.Drawing) -> float:
+        drawn.append(d.title)
+        d.path.write_bytes(d.key().encode())
+        return 1.0
+
+    monkeypatch.setattr(report, "draw", draw)
+    name = "no-partial-state--vllm-0.23.0"
+    cex = json.loads((Path(__file__).parent.parent / "docs" / "counterexamples"
+                      / f"{name}.json").read_text())
+    row = report.Row("no-partial-state", "vllm-0.23.0",
+                     Verdict("COUNTEREXAMPLE", 0.0, cex), "fails", ())
+    pool = _Now()
+    early = report.EarlyPictures(pool, tmp_path / "scratch")
+    early.rows([row])
+    assert drawn == [report.picture_title("no-partial-state", "vllm-0.23.0")]
+    queue: list[report.Drawing] = []
+    report.write_report([row], tmp_path / "out", queue=queue)
+    assert report.draw_all(queue, 2, pool, early) == 1.0
+    assert len(drawn) == 1
+    picture = (tmp_path / "out" / f"{name}.png").read_bytes()
+    assert picture == queue[0].key().encode()
+
+
+def test_the_spec_pictures_of_a_row_are_drawn_early_too(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the spec, a row's spec pictures go early as well: every picture write_spec
+    would draw from the finished report.json (facts apart) is one of them, byte for byte
+    (the same Drawing key), so draw_all copies it."""
+    import json
+    from pathlib import Path
+
+    from proofs import spec
+    from proofs.check import Verdict
+
+    monkeypatch.setattr(report, "draw", lambda d: 0.0)
+    cexs = Path(__file__).parent.parent / "docs" / "counterexamples"
+    rows = [report.Row("maximality", "vllm-0.24.0", Verdict("PROVED", 0.0), "holds", (),
+                       None, Verdict("COUNTEREXAMPLE", 0.0, json.loads(
+                           (cexs / "maximality--vllm-0.24.0--accepted.json").read_text()))),
+            report.Row("no-partial-state", "vllm-0.23.0", Verdict("COUNTEREXAMPLE", 0.0, json.loads(
+                (cexs / "no-partial-state--vllm-0.23.0.json").read_text())), "fails", ())]
+    early = report.EarlyPictures(_Now(), tmp_path / "scratch", spec=True)
+    for r in rows:
+        early.rows([r])
+    report.write_report(rows, tmp_path / "out", queue=[])
+    results = spec.load_results(tmp_path / "out")
+    later = spec.drawings(tmp_path / "out", spec.pictures(None, results))
+    assert len(later) == 3  # two counterexamples and the scaled alt-round-num-hit
+    assert all(d.key() in early.drawn for d in later)

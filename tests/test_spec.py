@@ -180,3 +180,26 @@ def test_the_verdict_over_every_accepted_layout_shows_beside_the_one_under_preco
     assert "## no-partial-state on vllm-0.24.0 over every accepted layout\n" in pages[
         "spec/counterexamples.md"]
     assert "img/no-partial-state--vllm-0.24.0--accepted.png" in pages["spec/counterexamples.md"]
+
+
+def test_a_fact_taken_from_a_pair_is_that_pairs_search(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """``python -m proofs --report`` takes the facts of PAIR_FACTS from the pairs' rows:
+    the fact's own search and the pair's (after its proof fails) ask the same question."""
+    import proofs.check as check
+    from proofs.spec import PAIR_FACTS, fact_part
+
+    asked: list[tuple[str, str, tuple[str, ...]]] = []
+
+    def search(thm, sem, assumed, timeout_ms, sizes=None):  # type: ignore[no-untyped-def]
+        assert sizes is None
+        asked.append((thm.name, sem.name, tuple(dict.fromkeys((*check.RUNTIME, *assumed)))))
+        return check.Verdict("UNKNOWN", 0.0)
+
+    monkeypatch.setattr(check, "counterexample", search)
+    monkeypatch.setattr(check, "prove", lambda *a: ("FAILED", "stubbed"))
+    for name, (thm, sem) in PAIR_FACTS.items():
+        asked.clear()
+        fact_part(name)
+        check.check(thm, sem)
+        assert len(asked) == 2 and asked[0] == asked[1], asked
