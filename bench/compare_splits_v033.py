@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import z3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from params_v033 import ask as timed_check  # noqa: E402  (this folder, bench/)
 
 from model.semantics import get_semantics  # noqa: E402
 from proofs import layers_v033 as L  # noqa: E402
@@ -72,13 +73,7 @@ def parts(lemma: str, sem_name: str, split: str) -> list[list[z3.BoolRef]]:
 
 
 def ask(q: list[z3.BoolRef], seed: int) -> tuple[float, str]:
-    s = z3.Solver()
-    s.set("timeout", TIMEOUT_MS)
-    s.set("random_seed", seed)
-    s.add(*q)
-    c0 = time.process_time()
-    res = s.check()
-    return time.process_time() - c0, str(res)
+    return timed_check(q, z3.Solver, seed, TIMEOUT_MS)
 
 
 def main() -> int:

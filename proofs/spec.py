@@ -662,10 +662,9 @@ def render(code: CodeFacts, results: Results) -> dict[str, str]:
             for page, template in PAGES.items()}
 
 
-def pictures(code: CodeFacts | None, results: Results
-             ) -> dict[str, tuple[dict[str, Any], str, str]]:
+def pictures(results: Results) -> dict[str, tuple[dict[str, Any], str, str]]:
     """Every picture the pages show: file (relative to docs) -> (scenario, semantics, title)
-    (from the results alone: ``code`` is not needed)."""
+    (from the results alone)."""
     out: dict[str, tuple[dict[str, Any], str, str]] = {}
     for c in _counterexamples(results):
         # the report's title: the report's picture of it, copied where the two are the same
@@ -707,7 +706,7 @@ def row_drawings(directory: Path, rows: Sequence[dict[str, Any]]) -> list[Drawin
     no result), before the run has every row (``proofs.report.EarlyPictures``)."""
     results = Results(tuple(rows))
     (directory / IMG).mkdir(parents=True, exist_ok=True)
-    return drawings(directory, pictures(None, results))
+    return drawings(directory, pictures(results))
 
 
 def write_spec(directory: Path, facts: dict[str, Any] | None = None, jobs: int = 1,
@@ -720,7 +719,7 @@ def write_spec(directory: Path, facts: dict[str, Any] | None = None, jobs: int =
     results = load_results(directory)
     code = gather_code_facts(results)
     (directory / IMG).mkdir(parents=True, exist_ok=True)
-    drawn = pictures(code, results)
+    drawn = pictures(results)
     for old in (directory / IMG).glob("*.png"):
         if f"{IMG}/{old.name}" not in drawn:
             old.unlink()

@@ -121,6 +121,6 @@ def test_the_spec_pictures_of_a_row_are_drawn_early_too(
         early.rows([r])
     report.write_report(rows, tmp_path / "out", queue=[])
     results = spec.load_results(tmp_path / "out")
-    later = spec.drawings(tmp_path / "out", spec.pictures(None, results))
+    later = spec.drawings(tmp_path / "out", spec.pictures(results))
     assert len(later) == 3  # two counterexamples and the scaled alt-round-num-hit
     assert all(d.key() in early.drawn for d in later)

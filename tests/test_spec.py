@@ -92,7 +92,7 @@ def test_spec_uses_the_explain_words(pages: dict[str, str]) -> None:
 
 def test_every_picture_is_shown_once_and_exists(pages: dict[str, str]) -> None:
     results = load_results(DOCS)
-    drawn = pictures(gather_code_facts(results), results)
+    drawn = pictures(results)
     text = "\n".join(pages.values())
     for rel in drawn:
         assert (DOCS / rel).exists(), rel
