@@ -43,11 +43,12 @@ class CpuStore:
             return False
         return True if e.ready_step <= now else None
 
-    def touch(self, keys: Iterable[Key]) -> None:
+    def touch(self, keys: Sequence[Key]) -> None:
         # LRUCachePolicy.touch walks the keys in reverse (cpu/policies/lru.py:42)
-        for key in reversed(list(keys)):
-            if key in self.entries:
-                self.entries.move_to_end(key)
+        entries = self.entries
+        for key in reversed(keys):
+            if key in entries:
+                entries.move_to_end(key)
 
     def prepare_store(self, items: Sequence[tuple[Key, StateRecord | None]], now: int,
                       ready_step: int) -> bool:

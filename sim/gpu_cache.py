@@ -11,7 +11,7 @@ not pinned here (a simplification: the LRU order alone decides).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sim.states import StateRecord
@@ -33,6 +33,18 @@ class GpuPrefixCache:
         if len(self.blocks) > self.capacity:
             self.blocks.popitem(last=False)
             self.evictions += 1
+
+    def insert_empty(self, keys: Iterable[Key]) -> None:
+        """``insert(key, None)`` for each key in order (attention blocks hold no state)."""
+        blocks, capacity = self.blocks, self.capacity
+        for key in keys:
+            if key in blocks:
+                blocks.move_to_end(key)
+                continue
+            blocks[key] = None
+            if len(blocks) > capacity:
+                blocks.popitem(last=False)
+                self.evictions += 1
 
     def clear(self) -> None:
         self.blocks.clear()

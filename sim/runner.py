@@ -6,6 +6,7 @@ see exactly the same requests; results do not depend on the number of processes.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import time
 from collections.abc import Callable, Sequence
@@ -16,7 +17,7 @@ from sim.config import EngineConfig
 from sim.engine import Engine
 from sim.metrics import Summary
 from sim.progress import ProgressBar
-from sim.workload import make_trace
+from sim.workload import Request, make_trace
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,17 @@ class RunSpec:
     config: EngineConfig
 
 
+@functools.lru_cache(maxsize=1)
+def shared_trace(workload: str, requests: int, seed: int, block_size: int) -> list[Request]:
+    """``make_trace``, kept for the next run in this process (the spec's facts run one
+    trace under several semantics and configurations, as ``run_side_by_side`` does): an
+    engine only reads the requests (a ``TokenSeq`` fills its hash chain lazily, the same
+    values whoever asks first)."""
+    return make_trace(workload, requests, seed, block_size)
+
+
 def run_one(spec: RunSpec, semantics: str, counter: Any = None) -> Summary:
-    trace = make_trace(spec.workload, spec.requests, spec.seed, spec.config.block_size)
+    trace = shared_trace(spec.workload, spec.requests, spec.seed, spec.config.block_size)
     engine = Engine(spec.config, semantics, workload=spec.workload)
 
     def progress(done: int) -> None:

@@ -13,8 +13,9 @@ difference is the load's fault.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,15 +73,28 @@ class Recurrence:
 
     def greedy(self, h: Vector, n: int) -> tuple[int, ...]:
         """``n`` greedy tokens generated from state ``h`` (fed back one by one)."""
-        # the same arithmetic as ``decay[tok] * h + drive[tok]``, on row views taken once
-        # (numpy's per-call overhead is most of this loop's cost)
+        return tuple(itertools.islice(self._tokens(h), n))
+
+    def greedy_differs(self, h: Vector, expected: Sequence[int]) -> bool:
+        """``greedy(h, len(expected)) != tuple(expected)``, generating tokens only up to
+        the first one that differs."""
+        # the generator is endless: zip stops at the end of ``expected``
+        return any(a != b for a, b in zip(self._tokens(h), expected, strict=False))
+
+    def _tokens(self, h: Vector) -> Iterator[int]:
+        # the arithmetic of ``decay[tok] * h + drive[tok]`` on row views taken once, into
+        # preallocated arrays (numpy's per-call overhead is most of this loop's cost; the
+        # products and sums are the same, element for element)
         readout, decay, drive = self.readout, list(self.decay), list(self.drive)
-        out = []
-        for _ in range(n):
-            tok = int((readout @ h).argmax())
-            out.append(tok)
-            h = decay[tok] * h + drive[tok]
-        return tuple(out)
+        logits = np.empty(readout.shape[0])
+        h = h.copy()
+        matmul, multiply, add = np.matmul, np.multiply, np.add
+        while True:
+            matmul(readout, h, out=logits)
+            tok = int(logits.argmax())
+            yield tok
+            multiply(decay[tok], h, out=h)
+            add(h, drive[tok], out=h)
 
 
 @dataclass
