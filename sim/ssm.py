@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 Vector = NDArray[np.float64]
 VOCAB = 64
 STATE_DIM = 16
+BLOCK_CACHE = 100_000  # block contents whose ``_segment`` factors a recurrence keeps
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class Recurrence:
     decay: NDArray[np.float64]  # (VOCAB, STATE_DIM), values in (0, 1)
     drive: NDArray[np.float64]  # (VOCAB, STATE_DIM)
     readout: NDArray[np.float64]  # (VOCAB, STATE_DIM)
+    # per block content: the two factors of ``_segment`` (bounded: cleared when full)
+    _blocks: dict[bytes, tuple[Vector, Vector]] = field(
+        default_factory=dict, compare=False, repr=False)
 
     @staticmethod
     def make(seed: int = 20240612) -> Recurrence:
@@ -43,14 +47,23 @@ class Recurrence:
         return np.zeros(STATE_DIM)
 
     def _segment(self, h: Vector, tokens: NDArray[np.uint8]) -> Vector:
-        # h_end = prod(a) * h + sum_i b_i * prod_{j>i} a_j, evaluated in one go
-        a = self.decay[tokens]
-        b = self.drive[tokens]
-        suffix = np.cumprod(a[::-1], axis=0)[::-1]  # prod_{j>=i} a_j
-        tail = np.empty_like(suffix)
-        tail[:-1] = suffix[1:]
-        tail[-1] = 1.0
-        out: Vector = suffix[0] * h + (b * tail).sum(axis=0)
+        # h_end = prod(a) * h + sum_i b_i * prod_{j>i} a_j: both factors depend on the
+        # block's tokens alone, so they are computed once per block content (re-sent
+        # chats advance the same blocks again); the result is the same float vector
+        key = tokens.tobytes()
+        factors = self._blocks.get(key)
+        if factors is None:
+            a = self.decay[tokens]
+            b = self.drive[tokens]
+            suffix = np.cumprod(a[::-1], axis=0)[::-1]  # prod_{j>=i} a_j
+            tail = np.empty_like(suffix)
+            tail[:-1] = suffix[1:]
+            tail[-1] = 1.0
+            factors = (suffix[0].copy(), (b * tail).sum(axis=0))
+            if len(self._blocks) >= BLOCK_CACHE:
+                self._blocks.clear()
+            self._blocks[key] = factors
+        out: Vector = factors[0] * h + factors[1]
         return out
 
     def advance(self, h: Vector, tokens: NDArray[np.uint8], start: int, end: int,
