@@ -13,6 +13,7 @@ difference is the load's fault.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -88,26 +89,61 @@ class Recurrence:
         """``n`` greedy tokens generated from state ``h`` (fed back one by one)."""
         return tuple(itertools.islice(self._tokens(h), n))
 
+    def greedy_margin(self, h: Vector, n: int) -> tuple[tuple[int, ...], float]:
+        """``greedy(h, n)`` and its smallest margin: over the steps, how far the largest
+        logit lies above the second largest (0 on a tie)."""
+        rows: list[Vector] = []
+        tokens = tuple(itertools.islice(self._tokens(h, rows), n))
+        top2 = np.partition(np.array(rows), -2, axis=1)[:, -2:]
+        return tokens, float((top2[:, 1] - top2[:, 0]).min())
+
     def greedy_differs(self, h: Vector, expected: Sequence[int]) -> bool:
         """``greedy(h, len(expected)) != tuple(expected)``, generating tokens only up to
         the first one that differs."""
         # the generator is endless: zip stops at the end of ``expected``
         return any(a != b for a, b in zip(self._tokens(h), expected, strict=False))
 
-    def _tokens(self, h: Vector) -> Iterator[int]:
-        # the arithmetic of ``decay[tok] * h + drive[tok]`` on row views taken once, into
-        # preallocated arrays (numpy's per-call overhead is most of this loop's cost; the
-        # products and sums are the same, element for element)
+    def surely_same_greedy(self, h: Vector, c: Vector, c_margin: float) -> bool:
+        """True only if ``greedy(h, n) == greedy(c, n)`` for the n steps that
+        ``greedy_margin(c, n)`` measured ``c_margin`` over (any n): a rounding-error bound,
+        so that a state within float noise of ``c`` need not be generated from. False
+        means "not shown": the caller generates the tokens.
+
+        While both take the same tokens, with e_t = max|h_t - c_t|, u = 2**-53, A = max
+        decay, B = max|drive|, C >= max|c_t| (|c_0|, and 2B/(1-A) bounds the rest):
+        fl(fl(a*x) + b) gives e_{t+1} <= A(1+4u) e_t + 4u(2AC + B), so every e_t <= E =
+        e_0 + 4u(2AC + B)/(1 - A(1+4u)); a logit fl(R @ x) is within gamma_16 |R||x| of
+        R @ x in any summation order, so logits of h_t and c_t differ by at most
+        rho E + gamma_16 rho (2C + E) (rho: the largest row sum of |readout|). A margin
+        above twice that keeps every argmax; 3x leaves room for this bound's own rounding.
+        """
+        u = 2.0 ** -53
+        e0 = float(np.abs(h - c).max())
+        big_a, big_b, rho = self._bounds
+        a_up = big_a * (1 + 4 * u)
+        if not (np.isfinite(e0) and np.isfinite(c_margin) and a_up < 1):
+            return False
+        big_c = max(float(np.abs(c).max()), 2 * big_b / (1 - big_a))
+        e = e0 * (1 + 2 * u) + 4 * u * (2 * big_a * big_c + big_b) / (1 - a_up)
+        gamma = 16 * u / (1 - 16 * u)  # STATE_DIM products summed
+        return c_margin > 3 * (rho * e + gamma * rho * (2 * big_c + e))
+
+    @functools.cached_property
+    def _bounds(self) -> tuple[float, float, float]:
+        assert self.readout.shape[1] <= 16  # gamma_16 above
+        return (float(self.decay.max()), float(np.abs(self.drive).max()),
+                float(np.abs(self.readout).sum(axis=1).max()))
+
+    def _tokens(self, h: Vector, logits_rows: list[Vector] | None = None) -> Iterator[int]:
+        # row views taken once (numpy's per-call overhead is most of this loop's cost)
         readout, decay, drive = self.readout, list(self.decay), list(self.drive)
-        logits = np.empty(readout.shape[0])
-        h = h.copy()
-        matmul, multiply, add = np.matmul, np.multiply, np.add
         while True:
-            matmul(readout, h, out=logits)
+            logits = readout @ h
             tok = int(logits.argmax())
+            if logits_rows is not None:
+                logits_rows.append(logits)
             yield tok
-            multiply(decay[tok], h, out=h)
-            add(h, drive[tok], out=h)
+            h = decay[tok] * h + drive[tok]
 
 
 @dataclass

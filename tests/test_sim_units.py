@@ -66,6 +66,28 @@ def test_recurrence_is_deterministic_and_boundary_exact() -> None:
     assert rec.greedy(wrong, 32) != rec.greedy(at32, 32)
 
 
+def test_surely_same_greedy_is_never_wrong() -> None:
+    # states near a cold one at every scale, from float noise to far off: the bound's
+    # "same tokens" must hold whenever it is given (a bound 30,000x too small gives
+    # dozens of wrong answers here), it must be given for most near states (else it
+    # saves nothing), and greedy_margin/greedy_differs agree with greedy
+    rec = Recurrence.make()
+    rng = np.random.default_rng(1)
+    shown = 0
+    for _ in range(300):
+        toks = rng.integers(0, VOCAB, size=int(rng.integers(1, 300)), dtype=np.uint8)
+        c = rec.advance(rec.zero(), toks, 0, len(toks), 16)
+        h = c + rng.normal(size=c.shape) * 10.0 ** rng.uniform(-17, 0) * np.abs(c)
+        tokens, margin = rec.greedy_margin(c, 64)
+        assert tokens == rec.greedy(c, 64)
+        differs = rec.greedy(h, 64) != tokens
+        assert rec.greedy_differs(h, tokens) == differs
+        if rec.surely_same_greedy(h, c, margin):
+            shown += 1
+            assert not differs
+    assert shown > 150
+
+
 def test_cold_cache_bound_does_not_change_results() -> None:
     rec = Recurrence.make()
     seq = _seq(400, 3)
