@@ -296,8 +296,9 @@ class Least(Pinner):
     most ``UPWARD`` values, then bisects what is left): the least value is the same as
     bisecting's (only which queries are satisfiable decides it), but a query with the
     field a constant, which the tactics substitute, is cheaper than one that bounds it;
-    the fields' least values are small (the prompt of the 13 0.33.0 searches, 2 to 9
-    tokens: 6.9 -> 4.0 s CPU for the prompt searches, bench/bench_cex_v033.py)."""
+    the fields' least values are small (the prompt of the 13 0.33.0 searches is 2 to 9
+    tokens; their CPU, mean over z3 seeds 3-5: bisecting 11.9 s, upward 8.4 s;
+    bench/results/cex_v033.txt)."""
 
     def smallest(self, x: z3.ArithRef, lo: int) -> None:
         hi = _int(self.model, x)
