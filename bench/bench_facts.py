@@ -8,7 +8,9 @@ the folder ``--base-dir``.
 Each repetition runs the base, then this tree (interleaved A/B), each in a fresh process
 that computes every part with ``proofs.spec.fact_part`` and times it with
 ``time.process_time``. ``--parts sim`` (the default) takes the simulator parts (``sim:*``
-and ``rerun``); ``all`` adds the two Z3 counterexample searches. Prints each part's mean
+and ``rerun``); ``all`` adds the two Z3 counterexample searches; ``collect`` times one
+whole ``collect_facts()`` call and also compares its output, serialized as the proofs
+write it, with this tree's ``docs/spec-facts.json``. Prints each part's mean
 and max over the repetitions for both trees, the totals, and exit 1 if any part's
 serialized result differs between the trees (or between two repetitions of one tree).
 """
@@ -30,13 +32,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = """
 import json, sys, time
-from proofs.spec import FACT_PARTS, fact_part
-parts = [p for p in FACT_PARTS if sys.argv[1] == "all" or p.startswith("sim:") or p == "rerun"]
+from proofs.spec import FACT_PARTS, collect_facts, fact_part
 out = {}
-for name in parts:
+if sys.argv[1] == "collect":  # the whole call, serialized as spec-facts.json is written
     t0 = time.process_time()
-    got = fact_part(name)
-    out[name] = [time.process_time() - t0, json.dumps(got, indent=1, sort_keys=True)]
+    got = collect_facts()
+    out["collect_facts"] = [time.process_time() - t0,
+                            json.dumps(got, indent=1, sort_keys=True) + "\\n"]
+for name in [] if sys.argv[1] == "collect" else FACT_PARTS:
+    if sys.argv[1] == "all" or name.startswith("sim:") or name == "rerun":
+        t0 = time.process_time()
+        got = fact_part(name)
+        out[name] = [time.process_time() - t0, json.dumps(got, indent=1, sort_keys=True)]
 print(json.dumps(out))
 """
 
@@ -53,7 +60,7 @@ def main() -> int:
     ap.add_argument("--base", default="main", help="git ref of the old tree (default main)")
     ap.add_argument("--base-dir", help="the old tree, already unpacked (instead of --base)")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--parts", choices=("sim", "all"), default="sim")
+    ap.add_argument("--parts", choices=("sim", "all", "collect"), default="sim")
     args = ap.parse_args()
     if not 1 <= args.reps <= 20:
         print("--reps: expected 1..20", file=sys.stderr)
@@ -81,6 +88,12 @@ def main() -> int:
         same &= ok
         print(f"{name:40} {statistics.mean(b):9.3f} {max(b):6.3f} {statistics.mean(n):9.3f} "
               f"{max(n):6.3f}  {'identical' if ok else 'DIFFERS'}")
+    if args.parts == "collect":
+        docs = (ROOT / "docs" / "spec-facts.json").read_text()
+        fresh = results["new"]["collect_facts"] == {docs}
+        same &= fresh
+        print(f"collect_facts() of this tree {'is' if fresh else 'is NOT'} byte-identical to "
+              "docs/spec-facts.json")
     tb = sum(statistics.mean(v) for v in times["base"].values())
     tn = sum(statistics.mean(v) for v in times["new"].values())
     print(f"{'total (sum of means)':40} {tb:9.3f} {'':6} {tn:9.3f} {'':6}  "
