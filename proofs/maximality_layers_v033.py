@@ -378,7 +378,7 @@ def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[L.Query]:
     for name in loop_assumes(sem.reround_mamba, sem.reround_rerun, False):
         for kind in T.KINDS:
             out.append((f"lemma {name} ({kind})",
-                        partial(L.shared_lemma, sem, base, name, kind)))
+                        partial(L.lemma_turn, sem, base, name, kind)))
     for name in assumed():
         for kind in T.KINDS:
             if name != "keeps" or kind != T.MAMBA:
