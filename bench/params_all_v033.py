@@ -5,10 +5,13 @@ preconditions, and the aligned loop summary the partial-tail proof takes), each 
 under every configuration and Z3 random seed, side by side (per query and seed the
 configurations run back to back, their order alternating with the seed). Prints process
 CPU seconds of ``check()`` per query, then per query class (the query's name: lemma and
-kind) the mean and max per configuration and every non-unsat answer. Measures only
+kind) the mean and max per configuration and every non-unsat answer. ``--sat``: instead
+the satisfiable queries of the lemmas ``layers_v033.settings`` gives other settings (a
+precondition dropped or a guard removed, as the necessity and sabotage tests do; each
+must answer sat, so the layered proof reports FAILED, not UNKNOWN). Measures only
 (bench/results/params_v033.txt).
 
-    python bench/params_all_v033.py [--configs base,grobner-tangents-off]
+    python bench/params_all_v033.py [--configs base,grobner-tangents-off] [--sat]
                                     [--seeds 0,1,2,3,4,5] [--timeout S] [--only SUBSTR]
 """
 
@@ -18,7 +21,9 @@ import argparse
 import sys
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import z3
 
@@ -27,7 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.params_v033 import CONFIGS, ask  # noqa: E402
 from model.semantics import get_semantics  # noqa: E402
 from proofs import layers_v033 as L  # noqa: E402
-from proofs import tail_layers_v033  # noqa: E402
+from proofs import (
+    lemmas_v033,  # noqa: E402
+    tail_layers_v033,  # noqa: E402
+)
+from proofs import maximality_layers_v033 as M  # noqa: E402
 from proofs.theorems import THEOREMS  # noqa: E402
 
 SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
@@ -60,19 +69,46 @@ def queries(only: str = "") -> list[tuple[str, str, list[z3.BoolRef]]]:
     return out
 
 
+def sat_queries() -> list[tuple[str, str, list[z3.BoolRef]]]:
+    """Satisfiable post and keeps queries: a precondition dropped (same-block-size on the
+    round-down fix: post, sliding window; no-eagle on 0.33.0: keeps), and post without its
+    not-deferred guard (tests/test_proof_layers_v033.py's sabotage), unpinned."""
+    v, rm = get_semantics("vllm-0.33.0"), get_semantics("alt-v033-reround-mamba")
+    out = [("alt-v033-reround-mamba, no same-block-size", "lemma post (sliding_window)",
+            L.lemma_turn(rm, (), "post", "sliding_window"))]
+    for kind in ("full_attention", "sliding_window"):
+        out.append(("vllm-0.33.0, no no-eagle", f"lemma keeps ({kind})",
+                    M.lemma_query(v, ("caps-reach-prompt",), "keeps", kind)))
+    post = lemmas_v033.LEMMAS["post"]
+
+    def unguarded(t: Any, ok_m2: z3.BoolRef) -> z3.BoolRef:
+        return z3.Implies(z3.And(z3.Not(t.too_short), z3.Not(t.no_hit)), ok_m2)
+
+    lemmas_v033.LEMMAS["post"] = replace(post, fact=unguarded)
+    try:
+        for kind in ("full_attention", "sliding_window", "mamba"):
+            out.append(("vllm-0.33.0, post unguarded (sabotage)", f"lemma post ({kind})",
+                        L.lemma_turn(v, (), "post", kind)))
+    finally:
+        lemmas_v033.LEMMAS["post"] = post
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default="base,grobner-tangents-off")
     ap.add_argument("--seeds", default="0,1,2,3,4,5")
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--only", default="", help="only queries whose name contains this")
+    ap.add_argument("--sat", action="store_true", help="the satisfiable post/keeps queries")
     args = ap.parse_args()
     configs, seeds = args.configs.split(","), [int(x) for x in args.seeds.split(",")]
     if any(c not in CONFIGS for c in configs):
         print(f"--configs: unknown {[c for c in configs if c not in CONFIGS]}",
               file=sys.stderr)
         return 2
-    qs = queries(args.only)
+    qs = sat_queries() if args.sat else queries(args.only)
+    want = "sat" if args.sat else "unsat"
     print(f"{len(qs)} distinct queries; seeds {seeds}; timeout {args.timeout} s",
           flush=True)
     # class -> config -> list of seconds; class -> config -> non-unsat answers
@@ -90,15 +126,15 @@ def main() -> int:
             for sec, res in got[c]:
                 secs[name][c].append(sec)
                 total[c] += sec
-                if res != "unsat":
+                if res != want:
                     bad[name][c].append(f"{where} {res}")
-            each = " ".join(f"{s:5.2f}" + ("" if r == "unsat" else f"({r})")
+            each = " ".join(f"{s:5.2f}" + ("" if r == want else f"({r})")
                             for s, r in got[c])
             print(f"{where:50} {name[:44]:44} {c:22} {each}", flush=True)
     print("\nper query class (all its queries x seeds): mean / max CPU s per config")
     for name, by in secs.items():
         cells = "  ".join(f"{c} {sum(v) / len(v):5.2f}/{max(v):5.2f}"
-                          + (f" UNKNOWN x{len(bad[name][c])}" if bad[name][c] else "")
+                          + (f" NOT {want} x{len(bad[name][c])}" if bad[name][c] else "")
                           for c, v in by.items())
         print(f"  {name[:60]:60} n={len(by[configs[0]]):3}  {cells}")
     print("totals over all queries and seeds: " +
