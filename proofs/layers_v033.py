@@ -481,12 +481,18 @@ def scenario_of(m: z3.ModelRef, cfg: T.Cfg, sem: Semantics, bound: int) -> dict[
     return out
 
 
+# the witnesses found in this process, by (semantics, preconditions) and the functions
+# that build the query (a test may replace one): the query reads nothing else (not the
+# theorem: theorems with the same premises ask the same one) and each is solved alone
+# (proofs.witness._solve_alone), so a found witness is the one a new search would find;
+# a search that found none is not kept
+_FOUND: dict[tuple[object, ...], Witness] = {}
+
+
 def witness(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 60_000
             ) -> Witness:
     """A run the layered proof's premises admit, with a non-zero hit that restores a
     Mamba state, replayed through model/ (same hit, a Mamba load)."""
-    from proofs.witness import _solve_alone
-
     if thm == "maximality":  # proofs/maximality_layers_v033.py
         from proofs import maximality_layers_v033
 
@@ -494,6 +500,20 @@ def witness(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 
 
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
+    key = (sem, tuple(assumed), _witness_query, T.symbolic_config, T.derive, T.startup,
+           T.precondition, T.run_loop, T.result_of, T.load_plan)
+    w = replace(_FOUND[key], seconds=0.0) if key in _FOUND else _witness(sem, assumed,
+                                                                         deadline)
+    if not w.found:
+        return w
+    _FOUND.setdefault(key, w)
+    return _tail_witness(thm, sem, assumed, w, deadline)
+
+
+def _witness(sem: Semantics, assumed: Sequence[str], deadline: float) -> Witness:
+    from proofs.witness import _solve_alone
+
+    t0 = time.monotonic()
     for kinds in WITNESS_LAYOUTS:
         for gpu, bpc, passes in ((1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 2)):
             left = int((deadline - time.monotonic()) * 1000)
@@ -511,8 +531,7 @@ def witness(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 
                 return Witness(False, time.monotonic() - t0, scen, z_hit,
                                note=f"witness not reproduced by model/ (hit {o.hit_tokens}, "
                                     f"Z3 {z_hit}; refused: {o.refused}): encoding bug")
-            w = Witness(True, time.monotonic() - t0, scen, z_hit)
-            return _tail_witness(thm, sem, assumed, w, deadline)
+            return Witness(True, time.monotonic() - t0, scen, z_hit)
     return Witness(False, time.monotonic() - t0,
                    note="no run with a non-zero hit and a Mamba load satisfies the layered "
                         "proof's premises (small layouts): the proof may be vacuous")
