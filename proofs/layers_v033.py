@@ -35,12 +35,11 @@ quotients get instances of two small arithmetic lemmas
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import z3
 
@@ -212,62 +211,6 @@ def lemma_turn(sem: Semantics, assumed: Sequence[str], name: str, kind: str,
     return _finish(x.enc, x.premises + helpers + ([z3.Not(claim)] if negated else []))
 
 
-class _Reads:
-    """A semantics that records the fields a query's building reads (and their values)."""
-
-    def __init__(self, sem: Semantics) -> None:
-        self._sem = sem
-        self.read: dict[str, object] = {}
-
-    def __getattr__(self, name: str) -> object:
-        value = getattr(self._sem, name)
-        self.read[name] = value
-        return value
-
-
-def _writers() -> tuple[object, ...]:
-    """The functions and tables that write a lemma query, as their modules have them now
-    (a test, mutant or sabotage may replace one: a query built with another is not
-    reused)."""
-    from proofs import encoding, lemmas_v033, maximality_layers_v033, terms
-
-    M = maximality_layers_v033
-    mods = (T, encoding, lemmas_v033, terms, M, sys.modules[__name__])
-    tables = (lemmas_v033.LEMMAS, M.LEMMAS, M.GLOBAL_RULES, M.GROUP_RULES)
-    return (*(v for m in mods for v in vars(m).values() if callable(v)),
-            *(v for v in vars(Enc).values() if callable(v)),
-            *(item for t in tables for item in t.items()))
-
-
-# lemma queries built in this process, by (builder, its arguments, ``_writers()``), each
-# with the semantics' fields its building read: a lemma of another semantics that agrees
-# on those fields is the same query (vllm-0.33.0 and alt-v033-cap-min, say: the turn does
-# not read cap_min), so it is not built again (its text, proved, is not asked again)
-_BUILT: dict[tuple[object, ...], list[tuple[tuple[tuple[str, object], ...],
-                                            list[z3.BoolRef]]]] = {}
-
-
-def shared(build: Callable[..., list[z3.BoolRef]], sem: Semantics, *args: object,
-           **kw: object) -> list[z3.BoolRef]:
-    """``build(sem, *args, **kw)``, built once per process for every semantics that
-    agrees on the fields the building reads (``args``: tuples, strings, flags)."""
-    key = (build, tuple(tuple(a) if isinstance(a, list) else a for a in args),
-           tuple(sorted(kw.items())), _writers())
-    for read, q in _BUILT.get(key, ()):
-        if all(getattr(sem, a) == v for a, v in read):
-            return q
-    rec = _Reads(sem)
-    q = build(cast(Semantics, rec), *args, **kw)
-    _BUILT.setdefault(key, []).append((tuple(rec.read.items()), q))
-    return q
-
-
-def shared_lemma(sem: Semantics, assumed: Sequence[str], name: str, kind: str
-                 ) -> list[z3.BoolRef]:
-    """``lemma_turn(sem, assumed, name, kind)`` through ``shared``."""
-    return shared(lemma_turn, sem, tuple(assumed), name, kind)
-
-
 def lemma_initial(assumed: Sequence[str], cap_min: bool = False) -> list[z3.BoolRef]:
     """initial-aligned, on the exact initial max hit of an unknown layout."""
     x = _setup(assumed, (T.FA,))
@@ -349,7 +292,7 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
             continue
         for kind in (T.FA,) if name == "down" else T.KINDS:  # down: full attention's
             out.append((f"lemma {name} ({kind})",
-                        partial(shared_lemma, sem, assumed, name, kind)))
+                        partial(lemma_turn, sem, assumed, name, kind)))
     for name, q in obligations(sem.reround_mamba, sem.reround_rerun, aligned, stored,
                                whole):
         out.append((name, partial(list, q)))

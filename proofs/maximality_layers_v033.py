@@ -378,17 +378,16 @@ def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[L.Query]:
     for name in loop_assumes(sem.reround_mamba, sem.reround_rerun, False):
         for kind in T.KINDS:
             out.append((f"lemma {name} ({kind})",
-                        partial(L.shared_lemma, sem, base, name, kind)))
+                        partial(L.lemma_turn, sem, base, name, kind)))
     for name in assumed():
         for kind in T.KINDS:
             if name != "keeps" or kind != T.MAMBA:
                 out.append((f"lemma {name} ({kind})",
-                            partial(L.shared, lemma_query, sem, tuple(pre), name, kind)))
+                            partial(lemma_query, sem, pre, name, kind)))
                 continue
             for align in (True, False):  # the two cases cover every layout
                 out.append((f"lemma {name} ({kind}; Mamba align {'on' if align else 'off'})",
-                            partial(L.shared, lemma_query, sem, tuple(pre), name, kind,
-                                    align=align)))
+                            partial(lemma_query, sem, pre, name, kind, align=align)))
     for name, q in obligations(sem.reround_mamba, sem.reround_rerun):
         out.append((name, partial(list, q)))
     out.append(("maximality: the answer from the loop's end",

@@ -356,9 +356,6 @@ def _forget_proofs() -> None:
         check._UNROLLED.clear()  # queries built by the other code
         check._LOOPS.clear()
         check._ANSWERS.clear()
-    layers_v033 = sys.modules.get("proofs.layers_v033")
-    if layers_v033 is not None:
-        layers_v033._BUILT.clear()  # lemma queries built by the other code
     witness = sys.modules.get("proofs.witness")
     if witness is not None:
         witness._BUILT.clear()

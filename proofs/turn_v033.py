@@ -390,7 +390,7 @@ def group_step(enc: Enc, cfg: Cfg, d: D, sem: Semantics, st: State, g: int
     m2 = z3.If(deferred, m, reround(confirmed, "rerounded_cut"))
     nxt = st.next
     lowered: z3.BoolRef = z3.BoolVal(False)
-    if window is not None and sem.reround_rerun:  # (a full-attention turn never reads it)
+    if sem.reround_rerun and window is not None:
         # the completed fix: a window confirmed above the round-down is looked up again
         lowered = z3.And(z3.Not(deferred), m2 < confirmed)
         nxt = z3.If(z3.And(lowered, nxt == NEXT_NONE), z3.IntVal(NEXT_SW), nxt)
