@@ -12,10 +12,9 @@ order (a theorem's semantics of one family in one process), every query of
 the report takes, and nothing is solved. A child prints its process CPU seconds for the
 building and two digests of every query it built, in order: of their S-expressions
 (the same text) and of their Z3 term ids (the same terms, created in the same order, so
-that the solver sees the very same input; a query built once and shared across
-semantics, ``proofs.layers_v033.shared``, skips the building's temporaries and so shifts
-later ids: the same text, reported, not an error). Exit 1 if the texts differ or a tree
-is not deterministic.
+that the solver sees the very same input; a change that skips some building, e.g.
+sharing a lemma query across semantics, shifts later ids: the same text, reported, not
+an error). Exit 1 if the texts differ or a tree is not deterministic.
 """
 
 from __future__ import annotations
