@@ -26,6 +26,8 @@ from functools import partial
 import z3
 
 from model.semantics import Semantics
+from proofs import terms as zt
+from proofs.terms import is_bool_term, is_int_term
 
 FA, SW, MAMBA = "full_attention", "sliding_window", "mamba"
 MODE_NONE, MODE_ALIGN, MODE_ALL = 0, 1, 2
@@ -221,7 +223,11 @@ class Enc:
                     gaps.append(z3.And(p <= c, c < p + v))
             return z3.Or(gaps)
         q = skolem(p)
-        return z3.And(p <= q, q < p + v, z3.Not(ok(q)))
+        if not (is_int_term(p) and is_int_term(v)):
+            return z3.And(p <= q, q < p + v, z3.Not(ok(q)))
+        # the same term through the C API (``proofs.terms``), built in the same order
+        lo, hi, b = zt.le(p, q), zt.lt(q, zt.add(p, v)), ok(q)
+        return zt.and_(lo, hi, zt.not_(b)) if is_bool_term(b) else z3.And(lo, hi, z3.Not(b))
 
     def instances(self, pred: Pred) -> list[tuple[int, z3.BoolRef, bool | None]]:
         """``pred`` at every block index below the bound: (index, term, its literal
@@ -252,6 +258,9 @@ class Enc:
                 for name in groups:  # a range's ends, as candidates
                     terms.setdefault(name, []).extend([f.lo, f.hi - 1])
         hinted = {t.get_id() for more in self.hints.values() for t in more}
+        # the facts whose instances ``_instance`` may build through the C API
+        fast = [is_bool_term(f.handle) and is_int_term(f.lo) and is_int_term(f.hi)
+                for f in self.facts]
         done: set[tuple[int, int]] = set()
         for round_no in range(2):
             new: list[z3.BoolRef] = []
@@ -259,12 +268,13 @@ class Enc:
             for k, (f, groups) in enumerate(zip(self.facts, names, strict=True)):
                 for name in groups:
                     for t in terms.get(name, ()):
-                        if (k, t.get_id()) in done:
+                        tid = t.get_id()
+                        if (k, tid) in done:
                             continue
-                        done.add((k, t.get_id()))
-                        inst = z3.Implies(z3.And(f.handle, f.lo <= t, t < f.hi), f.body(t))
+                        done.add((k, tid))
+                        inst = _instance(f, t, fast[k])
                         new.append(inst)
-                        if self.rich or t.get_id() in hinted:
+                        if self.rich or tid in hinted:
                             follow.append(inst)
             out += new
             if round_no == 0:
@@ -272,6 +282,17 @@ class Enc:
                 for name, more in _applied_indices(follow).items():
                     terms.setdefault(name, []).extend(more)
         return out
+
+
+def _instance(f: _Fact, t: z3.ArithRef, fast: bool) -> z3.BoolRef:
+    """``Implies(And(handle, lo <= t, t < hi), body(t))``: through the C API (the same
+    term, ``proofs.terms``) when the fact's parts and ``t`` allow it."""
+    if not (fast and is_int_term(t)):
+        return z3.Implies(z3.And(f.handle, f.lo <= t, t < f.hi), f.body(t))
+    # built in the same order as z3's operators would (new terms get ids in that order)
+    guard = zt.and_(f.handle, zt.le(f.lo, t), zt.lt(t, f.hi))
+    b = f.body(t)
+    return zt.implies(guard, b) if is_bool_term(b) else z3.Implies(guard, b)
 
 
 # z3's C API as its Python module exports it (public, error-checked)

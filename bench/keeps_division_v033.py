@@ -1,0 +1,58 @@
+"""An encoding idea for lemma keeps (sliding window), measured and not adopted: the
+query with the division-fact instances ``proofs.layers_v033.division_facts`` gives lemma
+post ("div") against the query as proved ("enc"), under Z3's defaults, Groebner +
+tangents off and the nonlinear solver off; seeds 0..5, process CPU seconds of check()
+(bench/results/params_v033.txt).
+
+    python bench/keeps_division_v033.py
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import z3
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.params_v033 import CONFIGS, ask  # noqa: E402
+from model.semantics import get_semantics  # noqa: E402
+from proofs import layers_v033 as L  # noqa: E402
+from proofs import maximality_layers_v033 as M  # noqa: E402
+from proofs.encoding import Enc  # noqa: E402
+from proofs.theorems import THEOREMS  # noqa: E402
+
+SEMANTICS = ("alt-v033-reround-mamba", "vllm-0.33.0", "alt-v033-cap-min")
+
+
+def main() -> int:
+    orig = M.monotone_instances
+
+    def with_division(enc: Enc, ends: Sequence[z3.ArithRef] = (),
+                      tpc: z3.ArithRef | None = None) -> list[z3.BoolRef]:
+        return orig(enc, ends, tpc) + L.division_facts(enc, ends)
+
+    ok = True
+    for sem in SEMANTICS:
+        pre = THEOREMS["maximality"].pre(sem)
+        for variant in ("enc", "div"):
+            M.monotone_instances = with_division if variant == "div" else orig  # type: ignore[assignment]
+            try:
+                q = M.lemma_query(get_semantics(sem), pre, "keeps", "sliding_window")
+            finally:
+                M.monotone_instances = orig
+            for c in ("base", "grobner-tangents-off", "nl-off"):
+                got = [ask(q, CONFIGS[c], k, 30_000) for k in range(6)]
+                ok = ok and all(r == "unsat" for _, r in got)
+                secs = [s for s, _ in got]
+                each = " ".join(f"{s:5.2f}" + ("" if r == "unsat" else f"({r})")
+                                for s, r in got)
+                print(f"{sem:24} {variant:4} {c:22} {each} mean {sum(secs) / 6:5.2f} "
+                      f"max {max(secs):5.2f}", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
