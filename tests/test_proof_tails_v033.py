@@ -401,3 +401,13 @@ def test_tail_witness_with_preconditions(thm: str, semantics: str) -> None:
     if thm == "maximality":
         assert w.valid_hit is not None and 1 <= w.valid_hit <= w.hit
         assert not any(g.eagle for g in s.groups)
+
+
+def test_light_settings_reach_the_chunk_queries() -> None:
+    """``new_solver``'s lighter nonlinear settings name queries the proof asks (a renamed
+    query would silently lose them), and only the loads-stored-only chunk cases."""
+    sem = get_semantics("vllm-0.33.0")
+    names = [n for n, _ in L.proof_queries("loads-stored-only", sem)]
+    light = [n for n in names if n.startswith(L.LIGHT_NL_QUERIES)]
+    assert len(light) == 4
+    assert all("a chunk" in n for n in light)
