@@ -18,7 +18,7 @@ from model.layout import (
     startup_layout,
 )
 from model.real_layouts import load_templates
-from model.scenario import Scenario, ScenarioError
+from model.scenario import Group, Scenario, ScenarioError
 from model.semantics import get_semantics
 from tests.test_invariant_properties import scenarios
 
@@ -72,3 +72,16 @@ def test_real_layouts_read_only_key_fields() -> None:
             direct = _answer(resolve_layout, _Reads(s, top, group), sem)
             assert top <= {*STARTUP_FIELDS, "groups"} and group <= set(STARTUP_GROUP_FIELDS)
             assert _answer(startup_layout, s, sem) == direct
+
+
+def test_a_mutant_of_start_up_is_not_answered_from_the_kept_layouts() -> None:
+    # layouts kept before a mutant is applied were resolved by other code
+    from proofs.mutants import applied
+
+    s = Scenario("vllm-0.24.0", 2, 64, 0, (Group("mamba", 4, mamba_cache_mode="align"),))
+    sem = get_semantics("vllm-0.24.0")
+    assert startup_layout(s, sem).mamba_align_size == 8
+    for name, align in (("align-gpu-block-size", 4), (None, 8)):
+        with applied(name):
+            assert startup_layout(s, sem).mamba_align_size == align
+    assert startup_layout(s, sem).mamba_align_size == 8
