@@ -359,6 +359,9 @@ def _forget_proofs() -> None:
     witness = sys.modules.get("proofs.witness")
     if witness is not None:
         witness._BUILT.clear()
+    layout = sys.modules.get("model.layout")
+    if layout is not None:
+        layout._LAYOUTS.clear()  # layouts resolved by the other code
 
 
 # ---- equivalent mutants: a Z3 proof that the mutated step computes the same value -------
