@@ -359,6 +359,7 @@ def _forget_proofs() -> None:
     witness = sys.modules.get("proofs.witness")
     if witness is not None:
         witness._BUILT.clear()
+        witness._FOUND.clear()
 
 
 # ---- equivalent mutants: a Z3 proof that the mutated step computes the same value -------
