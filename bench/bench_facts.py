@@ -2,6 +2,7 @@
 CPU seconds per fact part and whether every part's result is the same, byte for byte.
 
     python bench/bench_facts.py [--base REF | --base-dir DIR] [--reps N] [--parts sim|all]
+                                [--fresh]
 
 The base tree is ``git archive REF`` (default ``main``) unpacked in a temporary folder, or
 the folder ``--base-dir``.
@@ -10,7 +11,9 @@ that computes every part with ``proofs.spec.fact_part`` and times it with
 ``time.process_time``. ``--parts sim`` (the default) takes the simulator parts (``sim:*``
 and ``rerun``); ``all`` adds the two Z3 counterexample searches; ``collect`` times one
 whole ``collect_facts()`` call and also compares its output, serialized as the proofs
-write it, with this tree's ``docs/spec-facts.json``. Prints each part's mean
+write it, with this tree's ``docs/spec-facts.json``. ``--fresh`` runs each part in a
+process of its own (its cost without what earlier parts left in per-process caches: the
+figure for ``FACT_PARTS``, since the proofs' pool may run a part anywhere). Prints each part's mean
 and max over the repetitions for both trees, the totals, and exit 1 if any part's
 serialized result differs between the trees (or between two repetitions of one tree).
 """
@@ -29,6 +32,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# the parts of proofs.spec.FACT_PARTS (listed here so that either tree's names are run)
+PART_NAMES = ["seed_counterexample", "alt_round_num_hit_counterexample",
+              *(f"sim:{label}:{sem}" for label in ("chat", "chat-hybrid")
+                for sem in ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit")), "rerun"]
 
 CHILD = """
 import json, sys, time
@@ -40,6 +47,8 @@ if sys.argv[1] == "collect":  # the whole call, serialized as spec-facts.json is
     out["collect_facts"] = [time.process_time() - t0,
                             json.dumps(got, indent=1, sort_keys=True) + "\\n"]
 for name in [] if sys.argv[1] == "collect" else FACT_PARTS:
+    if len(sys.argv) > 2 and name != sys.argv[2]:
+        continue
     if sys.argv[1] == "all" or name.startswith("sim:") or name == "rerun":
         t0 = time.process_time()
         got = fact_part(name)
@@ -48,11 +57,17 @@ print(json.dumps(out))
 """
 
 
-def run_tree(tree: Path, parts: str) -> dict[str, tuple[float, str]]:
-    res = subprocess.run([sys.executable, "-c", CHILD, parts], cwd=tree, check=True,
-                         capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(tree)})
-    return {k: (v[0], v[1]) for k, v in json.loads(res.stdout).items()}
+def run_tree(tree: Path, parts: str, fresh: bool) -> dict[str, tuple[float, str]]:
+    names: list[str | None] = [None]
+    if fresh and parts != "collect":  # each part in a process of its own
+        names = [n for n in PART_NAMES if parts == "all" or n.startswith("sim:") or n == "rerun"]
+    out = {}
+    for name in names:
+        res = subprocess.run([sys.executable, "-c", CHILD, parts, *([name] if name else [])],
+                             cwd=tree, check=True, capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(tree)})
+        out.update({k: (v[0], v[1]) for k, v in json.loads(res.stdout).items()})
+    return out
 
 
 def main() -> int:
@@ -61,6 +76,9 @@ def main() -> int:
     ap.add_argument("--base-dir", help="the old tree, already unpacked (instead of --base)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--parts", choices=("sim", "all", "collect"), default="sim")
+    ap.add_argument("--fresh", action="store_true",
+                    help="each part in a fresh process of its own (as the proofs' pool may "
+                         "run it: no cache shared with the parts before it)")
     args = ap.parse_args()
     if not 1 <= args.reps <= 20:
         print("--reps: expected 1..20", file=sys.stderr)
@@ -76,7 +94,7 @@ def main() -> int:
         results: dict[str, dict[str, set[str]]] = {"base": {}, "new": {}}
         for _ in range(args.reps):
             for label, tree in (("base", base), ("new", ROOT)):
-                for name, (sec, text) in run_tree(tree, args.parts).items():
+                for name, (sec, text) in run_tree(tree, args.parts, args.fresh).items():
                     times[label].setdefault(name, []).append(sec)
                     results[label].setdefault(name, set()).add(text)
     same = True

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from model import layout_v033, load_v033, lookup_v033, maximality_v033
 from model.citations import cite
 from model.invariants import AnyLayout, Violation, check_all
-from model.layout import Layout, Refused, check_request, resolve_layout
+from model.layout import Layout, Refused, check_request, startup_layout
 from model.load_plan import GroupLoad, load_plan
 from model.lookup import LookupResult, get_num_new_matched_tokens
 from model.maximality import is_valid_hit
@@ -48,7 +48,7 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
         raise ScenarioError(f"blocks_per_chunk: not modelled for {sem.name} (a "
                             "kv_connector_extra_config option from vLLM 0.33.0 on)")
     try:
-        layout = resolve_layout(s, sem)  # start-up checks always hold: no layout otherwise
+        layout = startup_layout(s, sem)  # start-up checks always hold: no layout otherwise
         if enforce:
             check_request(s, sem.base_version)
     except Refused as e:

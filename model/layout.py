@@ -9,6 +9,7 @@ A layout the named release refuses at start-up raises ``Refused``, naming the vL
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 
 from model.citations import cite
@@ -171,6 +172,29 @@ def resolve_layout(s: Scenario, sem: Semantics) -> Layout:
         lookup_groups=tuple(full) + tuple(windowed),  # scheduler.py:346
         mamba_align_size=_mamba_align_size(s, sem),
     )
+
+
+# ``resolve_layout`` per (release, start-up fields): a simulator run looks up one layout
+# thousands of times. The key is every field resolve_layout reads (tests/test_layout_memo.py
+# checks that against what it reads); refusals are not kept. Bounded: cleared when full.
+STARTUP_GROUP_FIELDS = ("kind", "gpu_block_size", "sliding_window", "mamba_cache_mode", "eagle")
+STARTUP_FIELDS = ("block_size_factor", "context_parallel_size", "hash_block_size",
+                  "mamba_block_size")
+_startup_fields = operator.attrgetter(*STARTUP_FIELDS)
+_startup_group_fields = operator.attrgetter(*STARTUP_GROUP_FIELDS)
+_LAYOUTS: dict[tuple[object, ...], Layout] = {}
+
+
+def startup_layout(s: Scenario, sem: Semantics) -> Layout:
+    """``resolve_layout(s, sem)``, kept per release and start-up fields."""
+    key = (sem, _startup_fields(s), tuple(map(_startup_group_fields, s.groups)))
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = resolve_layout(s, sem)
+        if len(_LAYOUTS) >= 1024:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = layout
+    return layout
 
 
 def check_request(s: Scenario, version: str) -> None:

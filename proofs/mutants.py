@@ -360,6 +360,9 @@ def _forget_proofs() -> None:
     if witness is not None:
         witness._BUILT.clear()
         witness._FOUND.clear()
+    layout = sys.modules.get("model.layout")
+    if layout is not None:
+        layout._LAYOUTS.clear()  # layouts resolved by the other code
 
 
 # ---- equivalent mutants: a Z3 proof that the mutated step computes the same value -------

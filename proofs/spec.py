@@ -257,11 +257,16 @@ def load_results(directory: Path) -> Results:
 
 
 # the facts' parts, each computable on its own (in any process: the Z3 searches and the
-# simulator are deterministic), with its CPU seconds (measured; for the run's scheduler)
+# simulator are deterministic), with its CPU seconds for the run's scheduler: each part
+# alone in a fresh process (``python bench/bench_facts.py --parts all --fresh``, means over
+# 2 reps on the shared 2-core machine, bench/results/facts.txt); a part that follows
+# another simulator part in the same process costs less (shared recurrence caches)
 FACT_PARTS: dict[str, float] = {
-    "seed_counterexample": 0.5, "alt_round_num_hit_counterexample": 0.5,
-    **{f"sim:{label}:{sem}": 1.6 for label in ("chat", "chat-hybrid") for sem in SIM_SEMANTICS},
-    "rerun": 0.2}
+    "seed_counterexample": 0.2, "alt_round_num_hit_counterexample": 0.25,
+    "sim:chat:vllm-0.23.0": 0.6, "sim:chat:vllm-0.24.0": 0.55,
+    "sim:chat:alt-round-num-hit": 0.55, "sim:chat-hybrid:vllm-0.23.0": 1.3,
+    "sim:chat-hybrid:vllm-0.24.0": 2.1, "sim:chat-hybrid:alt-round-num-hit": 2.1,
+    "rerun": 0.12}
 SIM_LABELS = {"chat": 0, "chat-hybrid": 1}  # label -> attention groups
 # a fact that is the same computation as a pair's counterexample search (the same theorem,
 # semantics and assumptions: ``proofs.check.counterexample`` adds RUNTIME to the

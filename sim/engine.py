@@ -104,7 +104,6 @@ class Engine:
         self._waiting: deque[_Waiting] = deque()
         self._prefilling: list[_Live] = []
         self._decoding = 0
-        self._cold_out: dict[tuple[int, int], tuple[tuple[int, ...], float]] = {}
         # the model's answer per scenario: ``evaluate`` is a pure function of it, and a
         # request deferred or waiting for budget is often looked up again on the same
         # store (bounded LRU; a miss only recomputes, it never changes a result)
@@ -419,14 +418,7 @@ class Engine:
             # the same state gives the same greedy tokens: only a wrong state is generated
             # from (most of a run's cost otherwise)
             if wrong:
-                key = (id(req.seq), req.prompt_len)
-                cold_out = self._cold_out.get(key)
-                if cold_out is None:
-                    cold_out = self.rec.greedy_margin(cold, self.cfg.check_tokens)
-                    if len(self._cold_out) > 100_000:
-                        self._cold_out.clear()
-                    self._cold_out[key] = cold_out
-                tokens, margin = cold_out
+                tokens, margin = self.rec.greedy_margin(cold, self.cfg.check_tokens)
                 # a state within float noise of the cold one, with every step's argmax
                 # clear of it, gives the cold tokens (shown by a bound, not generated)
                 corrupted = (not self.rec.surely_same_greedy(v, cold, margin)

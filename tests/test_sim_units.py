@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from model.scenario import Group, Scenario
+from sim import ssm
 from sim.chunking import chunk_ends
 from sim.cpu_store import CpuStore
 from sim.gpu_cache import GpuPrefixCache, longest_hit
@@ -49,7 +50,11 @@ def _seq(n: int, seed: int = 0) -> TokenSeq:
 
 def test_recurrence_is_deterministic_and_boundary_exact() -> None:
     rec = Recurrence.make()
-    assert np.array_equal(rec.decay, Recurrence.make().decay)
+    # one shared, read-only object per seed, the same weights as a fresh build
+    fresh = ssm._make.__wrapped__(20240612)
+    assert Recurrence.make() is rec and not rec.decay.flags.writeable
+    assert all(np.array_equal(getattr(rec, k), getattr(fresh, k))
+               for k in ("decay", "drive", "readout"))
     seq = _seq(100)
     hashes = seq.hashes_upto(6)
     cold = ColdStates(rec, 16)
@@ -86,6 +91,17 @@ def test_surely_same_greedy_is_never_wrong() -> None:
             shown += 1
             assert not differs
     assert shown > 150
+
+
+def test_kept_greedy_margin_is_the_computed_one() -> None:
+    # greedy_margin is kept per (state bits, n): a kept answer equals a fresh recurrence's
+    rec, fresh = Recurrence.make(), ssm._make.__wrapped__(20240612)
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        toks = rng.integers(0, VOCAB, size=int(rng.integers(1, 100)), dtype=np.uint8)
+        c = rec.advance(rec.zero(), toks, 0, len(toks), 16)
+        for n in (8, 32, 8):
+            assert rec.greedy_margin(c, n) == fresh.greedy_margin(c.copy(), n)
 
 
 def test_cold_cache_bound_does_not_change_results() -> None:

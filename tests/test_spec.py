@@ -203,3 +203,12 @@ def test_a_fact_taken_from_a_pair_is_that_pairs_search(monkeypatch: pytest.Monke
         fact_part(name)
         check.check(thm, sem)
         assert len(asked) == 2 and asked[0] == asked[1], asked
+
+
+def test_fact_parts_name_every_simulator_run_once() -> None:
+    # FACT_PARTS lists each part with its measured cost: every run collect_facts reads
+    from proofs.spec import FACT_PARTS, SIM_LABELS, SIM_SEMANTICS
+
+    sims = {f"sim:{label}:{sem}" for label in SIM_LABELS for sem in SIM_SEMANTICS}
+    assert {n for n in FACT_PARTS if n.startswith("sim:")} == sims
+    assert all(seconds > 0 for seconds in FACT_PARTS.values())
