@@ -182,6 +182,10 @@ def _ready(query: list[z3.BoolRef], rich: bool) -> list[z3.BoolRef]:
     return query  # the abstract loop's queries use no store facts
 
 
+def _prompt_is(k: int, cfg: Config) -> list[z3.BoolRef]:
+    return [cfg.prompt == k]
+
+
 def _prompt_at_most(bound: int, cfg: Config) -> list[z3.BoolRef]:
     return [cfg.prompt <= bound]
 
@@ -571,6 +575,10 @@ def _check(solver: z3.Solver, extra: z3.BoolRef) -> z3.ModelRef | None:
     return m
 
 
+PIN_UPWARD = 16
+PROMPT_UPWARD = 16
+
+
 class _Pinner:
     """Pins fields of a counterexample one by one, keeping a model of everything pinned
     so far: a preference the model already meets needs no solver call (the model shows
@@ -583,9 +591,21 @@ class _Pinner:
         # a model of the solver's assertions: by default that of its last check (sat)
         self.model = solver.model() if model is None else model
 
+    upward = 0  # how many values above ``lo`` ``smallest`` asks one by one first
+
     def smallest(self, x: z3.ArithRef, lo: int) -> None:
-        """Pin ``x`` to its smallest value (>= lo) that keeps a counterexample."""
+        """Pin ``x`` to its smallest value (>= lo) that keeps a counterexample: ``x ==
+        lo``, ``x == lo + 1``, ... upward (at most ``upward`` values), then bisecting what
+        is left (only which queries are satisfiable decides the value, so it is the same
+        either way)."""
         hi = _int(self.model, x)
+        for k in range(lo, min(hi, lo + self.upward)):
+            m = _check(self.solver, x == k)
+            if m is not None:
+                self.model = m
+                self.solver.add(x == k)
+                return
+        lo = max(lo, min(hi, lo + self.upward))
         while lo < hi:
             mid = (lo + hi) // 2
             m = _check(self.solver, x <= mid)
@@ -614,6 +634,7 @@ def _pin(solver: z3.Solver, model: z3.ModelRef, cfg: Config, sem: Semantics,
     (no EAGLE, prefix caching on, no skip, nothing in flight) and the store, block by
     block (not loading, not deferred, stored). The result is the same on every run."""
     pin = _Pinner(solver, model)
+    pin.upward = PIN_UPWARD
     pin.smallest(cfg.computed, 0)
     for w in cfg.window:
         if w is not None:
@@ -697,13 +718,17 @@ def _least_joint(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: i
 
 
 def _least(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: int,
-           kinds: Sequence[str], layouts: Sequence[Sizes], deadline: float
+           kinds: Sequence[str], layouts: Sequence[Sizes], deadline: float,
+           solved: dict[tuple[int, int], tuple[Problem, z3.Solver]] | None = None
            ) -> tuple[tuple[int, int] | None, bool]:
     """The least (prompt, index in ``layouts``) with a counterexample, or None; and
     whether a query came back unknown. Layout by layout, each one's smallest prompt that
     beats the best so far; once a layout has one, the layouts after it are asked
     together (``_least_joint``: one query instead of one per layout, most of them
-    unsat), and one by one only if that is undecided."""
+    unsat), and one by one only if that is undecided. Each layout's smallest prompt is
+    asked upward first (``prompt == 1``, ``== 2``, ...: cheaper than bounding it, same
+    least value); ``solved`` gets the sat solver of such a query, by (prompt, index): the
+    query ``counterexample`` would ask again for it."""
     best: tuple[int, int] | None = None
     unknown = False
     joint = True
@@ -732,6 +757,16 @@ def _least(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: int,
             continue
         found = _int(solver.model(), p.cfg.prompt)
         lo = 1
+        for k in range(lo, min(found, lo + PROMPT_UPWARD)):
+            res, p, solver = bmc(thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout,
+                                 kinds=kinds, extra=partial(_prompt_is, k))
+            if solver is not None:
+                found = k
+                if solved is not None:
+                    solved[(k, i - 1)] = (p, solver)
+                break
+            unknown |= res == z3.unknown
+        lo = max(lo, min(found, lo + PROMPT_UPWARD))
         while lo < found:  # binary search for this layout's smallest prompt
             mid = (lo + found) // 2
             res, p, solver = bmc(thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout,
@@ -760,13 +795,18 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
     best: tuple[int, Sizes, int] | None = None
     unknown = False
     kinds: Sequence[str] = TEMPLATE
+    solved: dict[tuple[int, int], tuple[Problem, z3.Solver]] = {}
+    again: tuple[Problem, z3.Solver] | None = None  # the solver of the least's query
     for kinds in (TEMPLATE,) if sizes else SEARCH_KINDS:
         layouts = list(sizes or size_space(kinds=kinds))
         for passes in range(1, BMC_PASSES + 1):  # most counterexamples need one pass
-            least, undecided = _least(thm, sem, assumed, passes, kinds, layouts, deadline)
+            solved.clear()
+            least, undecided = _least(thm, sem, assumed, passes, kinds, layouts, deadline,
+                                      solved)
             unknown |= undecided
             if least is not None:
                 best = (least[0], layouts[least[1]], passes)
+                again = solved.get(least)
                 break
         if best is not None:
             break
@@ -779,8 +819,10 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
                             + " and ".join(f"({', '.join(k)})" for k in SEARCH_KINDS)
                             + ", among requests the engine can produce")
     prompt, layout, passes = best
-    res, p, solver = bmc(thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout, kinds=kinds,
-                         extra=lambda c: [c.prompt == prompt])
+    # the query with the prompt fixed: the one _least asked last for it, else asked now
+    p, solver = again if again is not None else bmc(
+        thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout, kinds=kinds,
+        extra=partial(_prompt_is, prompt))[1:]
     if solver is None:
         return Verdict("UNKNOWN", time.monotonic() - t0, note="counterexample lost on re-solve")
     nblocks = [prompt // (b * layout[1]) for b in layout[0]]

@@ -359,6 +359,7 @@ def _forget_proofs() -> None:
     witness = sys.modules.get("proofs.witness")
     if witness is not None:
         witness._BUILT.clear()
+        witness._FOUND.clear()
     layout = sys.modules.get("model.layout")
     if layout is not None:
         layout._LAYOUTS.clear()  # layouts resolved by the other code

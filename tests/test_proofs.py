@@ -77,3 +77,20 @@ def test_joint_layout_search_is_the_one_by_one_search(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(check, "_least_joint", undecided)
     assert check._least(*args) == joint == ((3, 17), False)
+
+
+def test_witness_shared_by_premises_not_by_theorem() -> None:
+    """A found witness is kept for theorems with the same premises (the query reads no
+    theorem but maximality's), and a mutant's code does not find it."""
+    from dataclasses import replace
+
+    from proofs import mutants, witness
+
+    sem = get_semantics("vllm-0.23.0")
+    first = witness.witness("termination", sem, [])
+    again = witness.witness("leaves-last-token", sem, [])
+    assert first.found and again.seconds == 0.0
+    assert again == replace(first, seconds=0.0)
+    key = next(k for k in witness._FOUND if k[0] == sem and not k[2])
+    mutants._forget_proofs()
+    assert key not in witness._FOUND
