@@ -34,18 +34,28 @@ def test_longest_first_side_tasks_where_marked() -> None:
             report.Side("filler", print, (), 5.0))
     labels = _order(side)
     assert labels[0] == "z3 first"
-    weights = {f"{t} ({'0.33.0 family' if c else 'older'}, 4 pairs)": w
-               for (c, t), w in report.WEIGHT.items()} | {"filler": 5.0}
-    got = [weights[x] for x in labels[1:]]
+    groups = {(c, ", ".join(g)): len(g) for c, gs in report.GROUPS.items() for g in gs}
+    weights = {f"{name} ({'0.33.0 family' if c else 'older'}, {4 * n} pairs)":
+               report.WEIGHT.get((c, name), 1.0) for (c, name), n in groups.items()}
+    got = [(weights | {"filler": 5.0})[x] for x in labels[1:]]
     assert got == sorted(got, reverse=True)
-    assert len(labels) == 1 + 12 + 1  # every (theorem, family) group once
+    assert len(labels) == 1 + len(groups) + 1  # every group once
+
+
+def test_every_theorem_in_one_group_per_family() -> None:
+    for gs in report.GROUPS.values():
+        named = [t for g in gs for t in g]
+        assert sorted(named) == sorted(set(named)) and set(named) <= set(THEOREMS)
+    assert report.group_of(True, "whole-blocks") == report.group_of(True, "no-partial-state")
+    assert report.group_of(True, "maximality") == "maximality"
 
 
 def test_a_group_longer_than_a_share_is_split(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(report.WEIGHT, (True, "loads-stored-only"), 10_000)
+    name = report.group_of(True, "loads-stored-only")
+    monkeypatch.setitem(report.WEIGHT, (True, name), 10_000)
     labels = _order()
-    assert labels[:2] == ["loads-stored-only (0.33.0 family, 2 pairs, part 1 of 2)",
-                          "loads-stored-only (0.33.0 family, 2 pairs, part 2 of 2)"]
+    assert labels[:2] == [f"{name} (0.33.0 family, 10 pairs, part 1 of 2)",
+                          f"{name} (0.33.0 family, 10 pairs, part 2 of 2)"]
 
 
 class _Done:
