@@ -9,6 +9,7 @@ result matches its declared expectation (and every precondition is shown necessa
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing
 import os
 import sys
@@ -80,6 +81,14 @@ def main(argv: list[str] | None = None) -> int:
         print("--timeout: must be > 0 seconds", file=sys.stderr)
         return 2
     t0 = time.monotonic()
+    # Python's cycle collector runs each time 700 objects more were made than freed and
+    # scans every live object it tracks: the proofs make and drop millions of Z3 wrapper
+    # objects. Collect rarer, and never the modules' objects imported so far (the pool's
+    # processes, forked below, inherit both): python -m proofs --report DIR on the idle
+    # 2-core machine, three runs each, 60.0-60.5 s CPU and 30.6-31.0 s wall before, 54.8-
+    # 56.7 s CPU and 28.2-29.1 s wall after, peak memory 245 MB against 238 MB.
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
     out: Path = args.report
     full = set(args.theorem) == set(THEOREMS) and set(args.semantics) == set(SEMANTICS)
     scope = (f"theorems: {'all' if set(args.theorem) == set(THEOREMS) else ', '.join(args.theorem)}"

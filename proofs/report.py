@@ -412,9 +412,9 @@ def group_of(chunked: bool, theorem: str) -> str:
 # prints (``python -m proofs --report DIR`` on stderr, bench/bench_proofs.py): run_all
 # starts the longest first (LPT), so that no process is left with a long one at the end;
 # a group not listed counts as 1 s. Only the order depends on them, never a result.
-WEIGHT: dict[tuple[bool, str], float] = {  # measured on main b17315c (bench_proofs)
-    (True, group_of(True, "loads-stored-only")): 28.0, (True, "maximality"): 10.5,
-    (False, group_of(False, "maximality")): 12.5}
+WEIGHT: dict[tuple[bool, str], float] = {  # measured on main 21bd57d with gc tuned
+    (True, group_of(True, "loads-stored-only")): 23.0, (True, "maximality"): 10.2,
+    (False, group_of(False, "maximality")): 12.3}
 
 
 @dataclass(frozen=True)
