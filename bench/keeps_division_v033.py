@@ -17,7 +17,7 @@ import z3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.params_v033 import CONFIGS, ask  # noqa: E402
+from bench.params_v033 import CONFIGS, ask, seeds_line  # noqa: E402
 from model.semantics import get_semantics  # noqa: E402
 from proofs import layers_v033 as L  # noqa: E402
 from proofs import maximality_layers_v033 as M  # noqa: E402
@@ -46,11 +46,7 @@ def main() -> int:
             for c in ("base", "grobner-tangents-off", "nl-off"):
                 got = [ask(q, CONFIGS[c], k, 30_000) for k in range(6)]
                 ok = ok and all(r == "unsat" for _, r in got)
-                secs = [s for s, _ in got]
-                each = " ".join(f"{s:5.2f}" + ("" if r == "unsat" else f"({r})")
-                                for s, r in got)
-                print(f"{sem:24} {variant:4} {c:22} {each} mean {sum(secs) / 6:5.2f} "
-                      f"max {max(secs):5.2f}", flush=True)
+                print(f"{sem:24} {variant:4} {c:22} {seeds_line(got)}", flush=True)
     return 0 if ok else 1
 
 

@@ -149,6 +149,13 @@ def ask(q: list[z3.BoolRef], make: Callable[[], z3.Solver], seed: int, timeout_m
     return time.process_time() - c0, str(res)
 
 
+def seeds_line(got: list[tuple[float, str]]) -> str:
+    """Each seed's seconds (an answer other than unsat beside it), then mean and max."""
+    secs = [sec for sec, _ in got]
+    each = " ".join(f"{sec:5.2f}" + ("" if r == "unsat" else f"({r})") for sec, r in got)
+    return f"{each}  mean {sum(secs) / len(secs):5.2f} max {max(secs):5.2f}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--queries", default="post-sw-rm,keeps-sw-rm")
@@ -177,11 +184,7 @@ def main() -> int:
             q = build(short, c[1] if len(c) > 1 else "enc")
             got = [ask(q, CONFIGS[c[0]], k, int(args.timeout * 1000)) for k in seeds]
             ok = ok and all(r == "unsat" for _, r in got)
-            secs = [sec for sec, _ in got]
-            each = " ".join(f"{sec:5.2f}" + ("" if r == "unsat" else f"({r})")
-                            for sec, r in got)
-            print(f"{short:20} {'+'.join(c):16} {each}  mean {sum(secs) / len(secs):5.2f} "
-                  f"max {max(secs):5.2f}", flush=True)
+            print(f"{short:20} {'+'.join(c):16} {seeds_line(got)}", flush=True)
     return 0 if ok else 1
 
 
