@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     # scans every live object it tracks: the proofs make and drop millions of Z3 wrapper
     # objects. Collect rarer, and never the modules' objects imported so far (the pool's
     # processes, forked below, inherit both): python -m proofs --report DIR on the idle
-    # 2-core machine, three runs each, 60.0-60.5 s CPU and 30.6-31.0 s wall before, 54.8-
-    # 56.7 s CPU and 28.2-29.1 s wall after, peak memory 245 MB against 238 MB.
+    # 2-core machine, 60.0-60.5 s CPU and 30.7-31.0 s wall in two runs before, 54.8-56.7 s
+    # CPU and 28.2-29.1 s wall in three after, peak memory 245 MB against 238 MB.
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
     out: Path = args.report

@@ -634,7 +634,7 @@ def _pin(solver: z3.Solver, model: z3.ModelRef, cfg: Config, sem: Semantics,
     (no EAGLE, prefix caching on, no skip, nothing in flight) and the store, block by
     block (not loading, not deferred, stored). The result is the same on every run."""
     pin = _Pinner(solver, model)
-    pin.upward = PIN_UPWARD
+    pin.upward = PIN_UPWARD  # read at call time: bench/bench_cex_older.py sets it
     pin.smallest(cfg.computed, 0)
     for w in cfg.window:
         if w is not None:

@@ -370,12 +370,17 @@ def settings(name: str) -> tuple[tuple[str, bool], ...]:
     return LIGHT_NL if name.startswith(LIGHT_NL_LEMMAS) else ()
 
 
-def new_solver(name: str = "") -> z3.Solver:
-    """The solver ``ask_unsat`` asks for query ``name``."""
+def solver_with(params: Sequence[tuple[str, bool]]) -> z3.Solver:
+    """A ``z3.Solver`` with these parameters set."""
     s = z3.Solver()
-    for key, value in settings(name):
+    for key, value in params:
         s.set(key, value)
     return s
+
+
+def new_solver(name: str = "") -> z3.Solver:
+    """The solver ``ask_unsat`` asks for query ``name``."""
+    return solver_with(settings(name))
 
 
 def ask_unsat(name: str, q: list[z3.BoolRef], t0: float, deadline: float

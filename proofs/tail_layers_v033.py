@@ -710,12 +710,9 @@ LIGHT_NL_QUERIES = ("loads-stored-only with a partial-tail hit: a chunk ",)
 
 def new_solver(name: str) -> z3.Solver:
     """The solver ``prove`` asks for query ``name``."""
-    from proofs.layers_v033 import LIGHT_NL
+    from proofs.layers_v033 import LIGHT_NL, solver_with
 
-    s = z3.Solver()
-    for key, value in LIGHT_NL if name.startswith(LIGHT_NL_QUERIES) else ():
-        s.set(key, value)
-    return s
+    return solver_with(LIGHT_NL if name.startswith(LIGHT_NL_QUERIES) else ())
 
 
 def prove(thm: str, timeout_ms: int, sem: Semantics | None = None,

@@ -388,8 +388,8 @@ class Engine:
             if end % bs == 0:
                 live.vectors[end] = live.vector
         live.pos = end
-        self.gpu.insert_empty([(g, h) for g in range(cfg.attention_groups)
-                               for h in hashes[prev // bs:end // bs]])
+        self.gpu.insert_all([((g, h), None) for g in range(cfg.attention_groups)
+                             for h in hashes[prev // bs:end // bs]])
         if first and live.start_pos != live.gpu_hit and live.start_pos % bs == 0:
             # the loaded state block is hashed once the load has completed
             rec = live.start_rec
@@ -486,8 +486,8 @@ class Engine:
             # one an unclean request decoded differently) still take GPU space
             return (g, hashes[b]) if resent else (g, hash(("decoded", req.rid, b)))
 
-        self.gpu.insert_empty([key(g, b) for g in range(cfg.attention_groups)
-                               for b in range(req.prompt_len // bs, last // bs)])
+        self.gpu.insert_all([(key(g, b), None) for g in range(cfg.attention_groups)
+                             for b in range(req.prompt_len // bs, last // bs)])
         # decode runs one token per step, so every block boundary is a step end and its
         # state is saved and cached (mamba_utils.py:716 (678))
         for pos in range((req.prompt_len // bs + 1) * bs, last + 1, bs):

@@ -26,22 +26,16 @@ class GpuPrefixCache:
     evictions: int = 0
 
     def insert(self, key: Key, record: StateRecord | None) -> None:
-        if key in self.blocks:
-            self.blocks.move_to_end(key)
-            return
-        self.blocks[key] = record
-        if len(self.blocks) > self.capacity:
-            self.blocks.popitem(last=False)
-            self.evictions += 1
+        self.insert_all(((key, record),))
 
-    def insert_empty(self, keys: Iterable[Key]) -> None:
-        """``insert(key, None)`` for each key in order (attention blocks hold no state)."""
+    def insert_all(self, items: Iterable[tuple[Key, StateRecord | None]]) -> None:
+        """Each (key, record) in order: a key already cached only becomes the newest."""
         blocks, capacity = self.blocks, self.capacity
-        for key in keys:
+        for key, record in items:
             if key in blocks:
                 blocks.move_to_end(key)
                 continue
-            blocks[key] = None
+            blocks[key] = record
             if len(blocks) > capacity:
                 blocks.popitem(last=False)
                 self.evictions += 1
