@@ -1,5 +1,5 @@
-"""A failed or partial proofs run into a green report directory leaves a report whose
-first line says FAIL and none of the earlier run's artefacts."""
+"""A failed or partial main-job run (python -m publish) into a green report directory
+leaves a report whose first line says FAIL and none of the earlier run's artefacts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import proofs.__main__ as proofs_main
+import publish.__main__ as publish_main
 
 
 def green(d: Path) -> None:
@@ -36,7 +36,7 @@ def test_failing_run_replaces_a_green_report(tmp_path: Path,
     d = tmp_path / "report"
     green(d)
     # a 1 ms budget: the solver answers unknown, which never counts as a pass
-    code = proofs_main.main(["--report", str(d), "--timeout", "0.001", "--jobs", "1",
+    code = publish_main.main(["--report", str(d), "--timeout", "0.001", "--jobs", "1",
                              "--semantics", "vllm-0.24.0", "--theorem", "whole-blocks",
                              "--no-necessity"])
     check_failed(d, code, capsys)
@@ -51,8 +51,8 @@ def test_crashed_run_leaves_fail(tmp_path: Path, capsys: pytest.CaptureFixture[s
     def crash(*args: object) -> None:
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(proofs_main, "run_all", crash)
-    code = proofs_main.main(["--report", str(d), "--jobs", "1"])
+    monkeypatch.setattr(publish_main, "run_all", crash)
+    code = publish_main.main(["--report", str(d), "--jobs", "1"])
     check_failed(d, code, capsys)
     assert "injected failure" in (d / "report.md").read_text()
     assert not (d / "report.json").exists()

@@ -1,0 +1,33 @@
+"""The semantics the report, the spec and the simulator facts name by their role, asked of
+the registry (``releases``): no semantics name is spelled here."""
+
+from __future__ import annotations
+
+import releases
+from releases.base import AlignAt
+
+
+def _release_aligning(align_at: AlignAt) -> str:
+    return next(n for n in releases.releases() if releases.get(n).align_at == align_at)
+
+
+# the last release before vLLM PR #44599 (no Mamba alignment) and the first with it
+# (max_hit_size_tokens rounded down to the Mamba block before the loop)
+BEFORE_PR = _release_aligning("none")
+PR_RELEASE = _release_aligning("max_hit")
+# the review alternative that rounds num_hit_tokens after the loop instead
+ROUND_NUM_HIT = next(n for n in releases.names(kind="alternative")
+                     if releases.get(n).align_at == "num_hit")
+# finding 001's completed fix (the one that also re-runs the sliding-window groups)
+FINDING_001_FIX = next(n for n in releases.fixes(finding="001")
+                       if releases.get(n).reround_rerun)
+# the simulator's semantics: the block lookup's, those that take the alignment from the
+# KV-cache groups (an alternative reading cache_config.mamba_block_size is left out: with
+# a correct value it is PR #44599's release, and how stale a real value is, nobody knows)
+SIM_SEMANTICS = tuple(n for n in releases.names(family="block")
+                      if releases.get(n).align_from == "groups")
+
+
+def newest() -> str:
+    """The newest modelled vLLM release."""
+    return releases.newest().name
