@@ -615,7 +615,7 @@ def drawings(directory: Path, drawn: dict[str, tuple[dict[str, Any], str, str]]
 
 def row_drawings(directory: Path, rows: Sequence[dict[str, Any]]) -> list[Drawing]:
     """The pictures the spec will show of these rows of report.json (and those that need
-    no result), before the run has every row (``proofs.report.EarlyPictures``)."""
+    no result), before the run has every row (``publish.report.EarlyPictures``)."""
     results = Results(tuple(rows))
     (directory / IMG).mkdir(parents=True, exist_ok=True)
     return drawings(directory, pictures(results))

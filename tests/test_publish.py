@@ -56,3 +56,19 @@ def test_crashed_run_leaves_fail(tmp_path: Path, capsys: pytest.CaptureFixture[s
     check_failed(d, code, capsys)
     assert "injected failure" in (d / "report.md").read_text()
     assert not (d / "report.json").exists()
+
+
+def test_the_prover_cli_prints_verdicts_writes_nothing_and_fails_on_a_mismatch(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m proofs``: a line per pair and a verdict line, exit 1 on a mismatch (a
+    1 ms budget: unknown), and no file written (the report is ``python -m publish``'s)."""
+    from proofs.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(["--timeout", "0.001", "--jobs", "1", "--semantics", "vllm-0.24.0",
+                 "--theorem", "whole-blocks", "--no-necessity"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 1 and lines[-1].startswith("FAIL: 0 of 1 results match")
+    assert any(line.startswith("whole-blocks") for line in lines)
+    assert not list(tmp_path.iterdir())
