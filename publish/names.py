@@ -18,6 +18,9 @@ PR_RELEASE = _release_aligning("max_hit")
 # the review alternative that rounds num_hit_tokens after the loop instead
 ROUND_NUM_HIT = next(n for n in releases.names(kind="alternative")
                      if releases.get(n).align_at == "num_hit")
+# the review alternative that aligns to cache_config.mamba_block_size instead
+CACHE_CONFIG = next(n for n in releases.names(kind="alternative")
+                    if releases.get(n).align_from == "cache_config")
 # finding 001's completed fix (the one that also re-runs the sliding-window groups)
 FINDING_001_FIX = next(n for n in releases.fixes(finding="001")
                        if releases.get(n).reround_rerun)
@@ -26,6 +29,11 @@ FINDING_001_FIX = next(n for n in releases.fixes(finding="001")
 # a correct value it is PR #44599's release, and how stale a real value is, nobody knows)
 SIM_SEMANTICS = tuple(n for n in releases.names(family="block")
                       if releases.get(n).align_from == "groups")
+
+
+# what the templates call them (publish.spec.context: ``names``)
+BY_ROLE = {"before_pr": BEFORE_PR, "pr_release": PR_RELEASE, "round_num_hit": ROUND_NUM_HIT,
+           "cache_config": CACHE_CONFIG, "finding_001_fix": FINDING_001_FIX}
 
 
 def newest() -> str:

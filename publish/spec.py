@@ -47,7 +47,14 @@ from model.semantics import Semantics, get_semantics
 from proofs import abstract, theorems
 from proofs.theorems import PRECONDITIONS, THEOREMS
 from publish.facts import FACTS, collect_facts
-from publish.names import BEFORE_PR, FINDING_001_FIX, PR_RELEASE, ROUND_NUM_HIT, SIM_SEMANTICS
+from publish.names import (
+    BEFORE_PR,
+    BY_ROLE,
+    FINDING_001_FIX,
+    PR_RELEASE,
+    ROUND_NUM_HIT,
+    SIM_SEMANTICS,
+)
 from publish.report import Drawing, draw_all, picture_title
 from releases import by_version
 
@@ -475,6 +482,7 @@ def context(code: CodeFacts, results: Results, env: jinja2.Environment) -> dict[
     alt = results.facts.get("alt_round_num_hit_counterexample")
     return {
         "code": code, "results": results, "releases": shown_releases(results),
+        "names": BY_ROLE,
         "all_releases": releases(),
         "newest": proved_release(results), "semantics": columns(), "theorems": THEOREMS,
         "guarantee_releases": guarantee_releases(results),
