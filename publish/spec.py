@@ -71,7 +71,7 @@ PAGES = {"spec.md": "spec.md.j2", "spec/lookup.md": "lookup.md.j2",
          "spec/evidence.md": "evidence.md.j2", "spec/for-vllm.md": "for-vllm.md.j2",
          "spec/citations.md": "citations.md.j2"}
 IMG = "spec/img"
-# alt-round-num-hit's failure at vLLM-like sizes: GPU block 16, offloaded block 32, a GPU hit
+# ROUND_NUM_HIT's failure at vLLM-like sizes: GPU block 16, offloaded block 32, a GPU hit
 # of one GPU block (a whole GPU block, but not a whole offloaded block)
 ALT_SCALED: dict[str, Any] = {
     "semantics": ROUND_NUM_HIT, "block_size_factor": 2, "prompt_tokens": 64,
