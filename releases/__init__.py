@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from releases.base import ChunkSteps, Expect, Semantics
 
 __all__ = ["ChunkSteps", "Expect", "Semantics", "get", "names", "newest", "register",
-           "all_semantics", "releases", "fixes"]
+           "all_semantics", "releases", "fixes", "fix_for", "by_version"]
 
 # the built-in modules, in report order: the block lookup's family, then the chunked one's
 BUILTIN = ("vllm_0_23_0", "vllm_0_24_0", "alt_round_num_hit", "alt_cache_config_block_size",
@@ -76,9 +76,12 @@ def releases() -> tuple[str, ...]:
     return tuple(s.name for s in sorted(rel, key=lambda s: _version_key(s.base_version)))
 
 
-def newest() -> Semantics:
-    """The newest modelled vLLM release."""
-    return get(releases()[-1])
+def newest(family: str | None = None) -> Semantics:
+    """The newest modelled vLLM release (optionally: the newest of one lookup family)."""
+    rel = [n for n in releases() if family is None or get(n).family == family]
+    if not rel:
+        raise ValueError(f"semantics: no release of family {family!r}")
+    return get(rel[-1])
 
 
 def fixes(finding: str | None = None, of: str | None = None) -> tuple[str, ...]:
@@ -86,6 +89,24 @@ def fixes(finding: str | None = None, of: str | None = None) -> tuple[str, ...]:
     return tuple(n for n, s in _REGISTRY.items() if s.kind == "fix"
                  and (finding is None or s.finding == finding)
                  and (of is None or s.base_version == get(of).base_version))
+
+
+def fix_for(finding: str, *, completed: bool = False) -> Semantics:
+    """The fix of ``finding`` as first proposed (the one built on a release), or with
+    ``completed`` the last of its chain (the one no other fix of the finding builds on)."""
+    chain = [get(n) for n in fixes(finding=finding)]
+    if not chain:
+        raise ValueError(f"semantics: no fix of finding {finding!r}")
+    if completed:
+        built_on = {s.parent for s in chain}
+        ends = [s for s in chain if s.name not in built_on]
+    else:
+        ends = [s for s in chain if s.parent not in {c.name for c in chain}]
+    if len(ends) != 1:
+        raise ValueError(f"semantics: finding {finding!r} has {len(ends)} "
+                         f"{'completed' if completed else 'first'} fixes: "
+                         f"{', '.join(s.name for s in ends)}")
+    return ends[0]
 
 
 def by_version(version: str) -> Semantics:
