@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from releases.base import ChunkSteps, Expect, Semantics
 
 __all__ = ["ChunkSteps", "Expect", "Semantics", "get", "names", "newest", "register",
-           "all_semantics", "releases", "fixes", "fix_for", "by_version"]
+           "all_semantics", "releases", "fixes", "fix_for", "by_version", "versions"]
 
 # the built-in modules, in report order: the block lookup's family, then the chunked one's
 BUILTIN = ("vllm_0_23_0", "vllm_0_24_0", "alt_round_num_hit", "alt_cache_config_block_size",
@@ -70,15 +70,21 @@ def names(*, family: str | None = None, kind: str | None = None) -> tuple[str, .
                  if (family is None or s.family == family) and (kind is None or s.kind == kind))
 
 
-def releases() -> tuple[str, ...]:
-    """The vLLM releases modelled, oldest first."""
-    rel = [s for s in _REGISTRY.values() if s.kind == "release"]
+def releases(family: str | None = None) -> tuple[str, ...]:
+    """The vLLM releases modelled (optionally: of one lookup family), oldest first."""
+    rel = [s for s in _REGISTRY.values()
+           if s.kind == "release" and (family is None or s.family == family)]
     return tuple(s.name for s in sorted(rel, key=lambda s: _version_key(s.base_version)))
+
+
+def versions(family: str | None = None) -> tuple[str, ...]:
+    """The vLLM versions of ``releases(family)`` (e.g. ``0.24.0``), oldest first."""
+    return tuple(get(n).base_version for n in releases(family))
 
 
 def newest(family: str | None = None) -> Semantics:
     """The newest modelled vLLM release (optionally: the newest of one lookup family)."""
-    rel = [n for n in releases() if family is None or get(n).family == family]
+    rel = releases(family)
     if not rel:
         raise ValueError(f"semantics: no release of family {family!r}")
     return get(rel[-1])
