@@ -30,6 +30,7 @@ import z3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import releases  # noqa: E402
 from bench.params_chunked import CONFIGS, ask  # noqa: E402
 from model.semantics import get_semantics  # noqa: E402
 from proofs import (
@@ -40,12 +41,7 @@ from proofs import (
 )
 from proofs.theorems import THEOREMS  # noqa: E402
 
-SEMANTICS = (
-    "vllm-0.33.0",
-    "alt-v033-reround-mamba",
-    "alt-v033-reround-mamba-rerun",
-    "alt-v033-cap-min",
-)
+SEMANTICS = releases.names(family="chunked")
 
 
 def queries(only: str = "") -> list[tuple[str, str, list[z3.BoolRef]]]:
@@ -78,7 +74,7 @@ def sat_queries() -> list[tuple[str, str, list[z3.BoolRef]]]:
     """Satisfiable post and keeps queries: a precondition dropped (same-block-size on the
     round-down fix: post, sliding window; no-eagle on 0.33.0: keeps), and post without its
     not-deferred guard (tests/test_proof_layers_chunked.py's sabotage), unpinned."""
-    v, rm = get_semantics("vllm-0.33.0"), get_semantics("alt-v033-reround-mamba")
+    v, rm = releases.newest("chunked"), releases.fix_for("001")
     out = [
         (
             "alt-v033-reround-mamba, no same-block-size",
