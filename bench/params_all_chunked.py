@@ -77,7 +77,7 @@ def sat_queries() -> list[tuple[str, str, list[z3.BoolRef]]]:
     v, rm = releases.newest("chunked"), releases.fix_for("001")
     out = [
         (
-            "alt-v033-reround-mamba, no same-block-size",
+            f"{rm.name}, no same-block-size",
             "lemma post (sliding_window)",
             layers_chunked.lemma_turn(rm, (), "post", "sliding_window"),
         )
@@ -85,7 +85,7 @@ def sat_queries() -> list[tuple[str, str, list[z3.BoolRef]]]:
     for kind in ("full_attention", "sliding_window"):
         out.append(
             (
-                "vllm-0.33.0, no no-eagle",
+                f"{v.name}, no no-eagle",
                 f"lemma keeps ({kind})",
                 maximality_layers_chunked.lemma_query(v, ("caps-reach-prompt",), "keeps", kind),
             )
@@ -100,7 +100,7 @@ def sat_queries() -> list[tuple[str, str, list[z3.BoolRef]]]:
         for kind in ("full_attention", "sliding_window", "mamba"):
             out.append(
                 (
-                    "vllm-0.33.0, post unguarded (sabotage)",
+                    f"{v.name}, post unguarded (sabotage)",
                     f"lemma post ({kind})",
                     layers_chunked.lemma_turn(v, (), "post", kind),
                 )
@@ -110,10 +110,10 @@ def sat_queries() -> list[tuple[str, str, list[z3.BoolRef]]]:
     # the satisfiable queries the tests ask through prove() (default settings there)
     for name, build in layers_chunked.proof_queries("no-partial-state", v, ()):
         if "chunk-in-align" in name:
-            out.append(("vllm-0.33.0, no align-divides-blocks", name, build()))
+            out.append((f"{v.name}, no align-divides-blocks", name, build()))
     for name, build in layers_chunked.proof_queries("maximality", v, ("no-eagle",)):
         if "valid-below-m0" in name:
-            out.append(("vllm-0.33.0, no caps-reach-prompt", name, build()))
+            out.append((f"{v.name}, no caps-reach-prompt", name, build()))
     return out
 
 
