@@ -42,7 +42,6 @@ EXCLUDED: dict[str, str] = {
 }
 EXCLUDED_PREFIXES: dict[str, str] = {
     "releases/": "the registry: each semantics' own module spells its name",
-    "proofs/templates/": BEING_MOVED,
 }
 
 
@@ -99,9 +98,32 @@ def test_scanner_sees_names() -> None:
     # (the sample names are built, not spelled, so this file passes its own check)
     release, fix = "-".join(("vllm", "0.1.2")), "-".join(("alt", "foo", "bar"))
     tree = ast.parse(f'x = f"{{a}}-vllm"; y = f"{release}{{b}}"; z = "{fix}"')
-    found = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
-             and isinstance(n.value, str) and _is_name(n.value)]
-    assert found == [release, fix]
+    found = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+             and isinstance(n.value, str) and _is_name(n.value)}
+    assert found == {release, fix}  # the f-string's literal part included
+
+
+def test_role_queries_the_sweep_uses() -> None:
+    from releases import (
+        fix_001_reround,
+        fix_001_reround_rerun,
+        fix_003_cap_min,
+        vllm_0_24_0,
+        vllm_0_33_0,
+    )
+
+    assert releases.newest() is vllm_0_33_0.SEMANTICS
+    assert releases.newest("chunked") is vllm_0_33_0.SEMANTICS
+    assert releases.newest("block") is vllm_0_24_0.SEMANTICS
+    assert releases.fix_for("001") is fix_001_reround.SEMANTICS
+    assert releases.fix_for("001", completed=True) is fix_001_reround_rerun.SEMANTICS
+    assert releases.fix_for("003") is releases.fix_for("003", completed=True) \
+        is fix_003_cap_min.SEMANTICS
+    assert releases.versions() == tuple(releases.get(n).base_version
+                                        for n in releases.releases())
+    assert releases.versions("block") + releases.versions("chunked") == releases.versions()
+    with pytest.raises(ValueError, match="no fix of finding"):
+        releases.fix_for("999")
 
 
 def test_no_semantics_name_literals() -> None:
