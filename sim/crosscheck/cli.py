@@ -298,6 +298,10 @@ def bench(real: RealScheduler, calls: int) -> tuple[float, float]:
     return 1 / r["median"], 1 / per_call[len(per_call) // 2]
 
 
+# the example in --semantics' help
+_FIX = releases.fix_for("001")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(prog="python -m sim.crosscheck", description=__doc__)
     ap.add_argument("--vllm", default=",".join(VERSIONS),
@@ -317,8 +321,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="do not compare the order of manager.lookup calls")
     ap.add_argument("--semantics", default=None, metavar="NAME",
                     help="an alt semantics with a real counterpart, checked against the "
-                    "release with that fix applied (alt-v033-reround-mamba: vLLM 0.33.0 "
-                    "with docs/findings/001-fix.diff); one --vllm version only")
+                    f"release with that fix applied ({_FIX.name}: vLLM {_FIX.base_version} "
+                    f"with {_FIX.fix_diff}); one --vllm version only")
     pr = ap.add_argument_group(
         "PR check", "check a vLLM source tree (branch, unpacked sdist/wheel, .whl, "
         ".tar.gz) against its nearest modelled release; prints a Markdown report; exit 0 "
