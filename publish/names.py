@@ -22,8 +22,7 @@ ROUND_NUM_HIT = next(n for n in releases.names(kind="alternative")
 CACHE_CONFIG = next(n for n in releases.names(kind="alternative")
                     if releases.get(n).align_from == "cache_config")
 # finding 001's completed fix (the one that also re-runs the sliding-window groups)
-FINDING_001_FIX = next(n for n in releases.fixes(finding="001")
-                       if releases.get(n).reround_rerun)
+FINDING_001_FIX = releases.fix_for("001", completed=True).name
 # the simulator's semantics: the block lookup's, those that take the alignment from the
 # KV-cache groups (an alternative reading cache_config.mamba_block_size is left out: with
 # a correct value it is PR #44599's release, and how stale a real value is, nobody knows)
@@ -34,8 +33,3 @@ SIM_SEMANTICS = tuple(n for n in releases.names(family="block")
 # what the templates call them (publish.spec.context: ``names``)
 BY_ROLE = {"before_pr": BEFORE_PR, "pr_release": PR_RELEASE, "round_num_hit": ROUND_NUM_HIT,
            "cache_config": CACHE_CONFIG, "finding_001_fix": FINDING_001_FIX}
-
-
-def newest() -> str:
-    """The newest modelled vLLM release."""
-    return releases.newest().name
