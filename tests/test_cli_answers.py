@@ -42,7 +42,8 @@ from sim.crosscheck.tree import Tree
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFERRED = ROOT / "tests" / "scenarios" / "vllm-0.33.0" / "partial-tail-pending-retry.json"
-SLIDING = ROOT / "tests" / "scenarios" / "finding-001" / "engine-core-sliding-window-gpu-layout.json"
+SLIDING = (ROOT / "tests" / "scenarios" / "finding-001"
+           / "engine-core-sliding-window-gpu-layout.json")
 OLDER = ROOT / "tests" / "scenarios" / "vllm-0.24.0-breaks" / "mamba-all-mode-boundary.json"
 
 

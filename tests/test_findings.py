@@ -1,9 +1,13 @@
 """The findings' reproductions on the real vLLM 0.33.0 scheduler, in its own environment.
 
 Marked ``crosscheck``: run by ``.ci/run`` after ``python -m sim.crosscheck.envs --vllm
-0.33.0`` made (or reused) the environment.  Each reproduction is a file written for vLLM's
-``tests/v1/kv_connector/unit/`` (``docs/findings/vllm_tests/``); run as a script it prints
-what the real scheduler did as JSON, and this test asserts that it still shows the bug.
+0.33.0`` made (or reused) the environment.  The reproductions of findings 001 and 003 are
+files for vLLM's ``tests/v1/kv_connector/unit/offloading_connector/``
+(``docs/findings/vllm_tests/``), written on vLLM 0.33.0's own test helpers; they run under
+pytest in that tree (``sim.crosscheck.vllm_tests``: the helpers come from the release's
+source distribution), on the release as shipped (they fail: the bug) and with the
+proposed fix applied in process (they pass).  Findings 002 and 004 still run as scripts
+that print JSON.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import pytest
 from model.evaluate import evaluate
 from model.scenario import load_scenario_file, parse_scenario
 from sim.crosscheck.envs import env_python
+from sim.crosscheck.vllm_tests import run_vllm_tests
 
 pytestmark = pytest.mark.crosscheck
 
@@ -35,36 +40,28 @@ def run_in_033(script: Path) -> dict[str, Any]:
     return result
 
 
-def wrong_states(result: dict[str, Any]) -> list[tuple[int, int]]:
-    """(hit end, token the restored Mamba state was saved at) for every wrong load."""
-    return [(load["serves"][1], load["state_at"]) for load in result["mamba_loads"]
-            if load["state_at"] != load["serves"][1]]
-
-
 def test_finding_001_reproductions_show_the_bug_on_real_033_scheduler() -> None:
-    result = run_in_033(REPRO)
-    connector, engine = result["connector"], result["engine_core"]
-    # the OffloadingConnectorScheduler with a store missing attention chunk 3
-    assert connector["hit"] == 48
-    assert wrong_states(connector) == [(48, 64)]
-    # the engine-core Scheduler with the real CPU tier: its LRU evicts A's tail,
-    # attention before Mamba at equal positions, while A is still running
-    assert engine["tier_after_A"] == [
-        "attn0@16", "attn1@32", "attn2@48", "attn3@64", "attn4@80", "attn5@96",
-        "mamba1@64", "mamba2@96"]
-    assert engine["tier_after_B_holds_of_A"] == ["attn0@16", "attn1@32", "attn2@48",
-                                                  "mamba1@64"]
-    assert engine["hit"] == 48
-    assert wrong_states(engine) == [(48, 64)]
-    # the sliding-window route (the layout vLLM makes for a Mamba2 hybrid with
-    # sliding-window attention on FlashInfer: Mamba group first, block 48; window
-    # group block 32): after A ends, one LRU eviction of A's window chunk ending at 192
-    sliding = result["engine_core_sliding"]
-    assert sliding["tier_after_A"] == ["attn0@32", "attn1@64", "attn2@96", "attn3@128",
-                                       "attn4@160", "attn5@192", "mamba3@192"]
-    assert sliding["tier_after_B_holds_of_A"] == sliding["tier_after_A"][:5] + ["mamba3@192"]
-    assert sliding["hit"] == 160
-    assert wrong_states(sliding) == [(160, 192)]
+    # the OffloadingConnectorScheduler (vLLM's MockOffloadingSpec) on the layout 0.33.0
+    # builds for a Mamba2 hybrid with sliding-window attention on FlashInfer (Mamba 48,
+    # window block 32), the window chunk ending at 192 missing; the forced full-attention
+    # shape (attention 16, Mamba 32), attention chunk 3 missing; the engine-core Scheduler
+    # with the real CPU tier, whose LRU evicts A's window chunk ending at 192 before the
+    # Mamba chunk ending there (the test asserts the tier's contents on the way)
+    outcomes = run_vllm_tests([REPRO])
+    sliding, full, engine = (outcomes[name] for name in (
+        "test_sliding_window_block_below_mamba_block",
+        "test_full_attention_block_below_mamba_block",
+        "test_engine_core_lru_tier_sliding_window_block_below_mamba_block"))
+    wrong = "-token hit restores the Mamba state saved at token "
+    assert sliding.startswith("fail: ") and f"a 160{wrong}192" in sliding
+    assert full.startswith("fail: ") and f"a 48{wrong}64" in full
+    assert engine.startswith("fail: ") and f"a 160{wrong}192" in engine
+
+
+def test_finding_001_completed_fix_passes_the_reproductions_on_real_033() -> None:
+    # docs/findings/001-fix-rerun.diff applied in process to the real 0.33.0 method
+    outcomes = run_vllm_tests([REPRO], fix="001b")
+    assert len(outcomes) == 3 and set(outcomes.values()) == {"pass"}, outcomes
 
 
 SEARCH = ROOT / "sim" / "crosscheck" / "adapters" / "state_search_v033.py"
@@ -101,16 +98,14 @@ FIX = ROOT / "sim" / "crosscheck" / "adapters" / "fix_check_v033.py"
 
 
 def test_proposed_fix_restores_the_state_at_the_hit_end_on_real_033() -> None:
-    # docs/findings/001-fix.diff applied to the real 0.33.0 method in the 0.33.0 env
+    # docs/findings/001-fix.diff applied to the real 0.33.0 method in the 0.33.0 env:
+    # the random searches find no wrong state; the reproductions pass
     python = env_python("0.33.0")
     assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
     proc = subprocess.run([str(python), str(FIX), "--check", "--cases", "300"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout)
-    for name in ("connector", "engine_core", "engine_core_sliding"):
-        assert wrong_states(result[name]) == [], result[name]
-    assert result["connector"]["hit"] == 32  # the Mamba chunk ending at 32 is stored
     for name in ("search_forced", "search_reachable"):
         assert result[name]["violations"] == 0 and result[name]["hits"] > 50, result[name]
     # the same cases on the unfixed method: the forced family breaks, and where every
@@ -118,6 +113,8 @@ def test_proposed_fix_restores_the_state_at_the_hit_end_on_real_033() -> None:
     assert result["unfixed_search_forced"]["violations"] > 0
     assert (result["unfixed_search_reachable"]["hit_tokens"]
             == result["search_reachable"]["hit_tokens"])
+    outcomes = run_vllm_tests([REPRO], fix="001")
+    assert set(outcomes.values()) == {"pass"}, outcomes
     for name, fix in (("001-fix.diff", "001"), ("001-fix-rerun.diff", "001b")):
         assert (ROOT / "docs" / "findings" / name).read_text() == subprocess.run(
             [str(python), str(FIX), "--diff", "--fix", fix], capture_output=True, text=True,
@@ -169,45 +166,46 @@ SCENARIO_003 = (ROOT / "tests" / "scenarios" / "vllm-0.33.0-maximality"
                 / "mamba-load-cap-loses-a-chunk.json")
 
 
+CAP_TESTS = ("test_mamba_load_cap_keeps_the_chunk[None]",
+             "test_mamba_load_cap_keeps_the_chunk[33]",
+             "test_mamba_load_cap_keeps_the_chunk[32]",
+             "test_sliding_window_load_cap_keeps_the_chunk[True]",
+             "test_sliding_window_load_cap_keeps_the_chunk[False]")
+
+
 def test_finding_003_load_cap_loses_a_chunk_on_real_033_scheduler() -> None:
-    # docs/findings/003: Mamba align, block 16, prompt 33, every chunk stored; a
-    # max_load_tokens cap of 32 (below the prompt end) gets a hit of 16 on the real
-    # engine-core Scheduler + OffloadingConnector, no cap or a cap of 33 gets 32
-    result = run_in_033(REPRO_003)
-    assert result == {"None": 32, "33": 32, "32": 16}
+    # docs/findings/003: a 33-token prompt, every chunk stored, max_load_tokens 32: hit 16
+    # where 32 keeps every rule, on one Mamba group (align, block 16; vLLM's
+    # MockOffloadingSpec) and on full attention + a sliding window (vLLM's RequestRunner,
+    # sync and async scheduling); no cap or a cap of 33 gets 32
+    outcomes = run_vllm_tests([REPRO_003])
+    assert sorted(outcomes) == sorted(CAP_TESTS)
+    for name, outcome in outcomes.items():
+        if name.endswith(("[None]", "[33]")):
+            assert outcome == "pass", (name, outcome)
+        else:
+            assert outcome.startswith("fail: ") and "max_load_tokens=32: hit 16" in outcome
     # the model gives the same lossy hit and names 32 as a valid hit (maximality)
     o = evaluate(load_scenario_file(SCENARIO_003))
-    assert o.hit_tokens == result["32"]
+    assert o.hit_tokens == 16
     assert [v.invariant for v in o.violations] == ["maximality"]
-
-
-VLLM_TEST = ROOT / "sim" / "crosscheck" / "adapters" / "vllm_test_v033.py"
 
 
 def test_finding_003_fix_keeps_the_chunk_on_real_033_scheduler() -> None:
     # docs/findings/003-fix.diff (the last-prompt-token rule as a minimum with
-    # num_tokens - 1) applied to the real 0.33.0 method: the finding's vLLM-ready test
-    # fails on the release as shipped and passes with the fix; the model's
+    # num_tokens - 1) applied to the real 0.33.0 method: every test passes; the model's
     # alt-v033-cap-min gives the fixed hit and keeps maximality
-    python = env_python("0.33.0")
-    assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
-    outcomes = {}
-    for fix in (None, "003"):
-        proc = subprocess.run([str(python), str(VLLM_TEST), str(REPRO_003)]
-                              + ([] if fix is None else ["--fix", fix]),
-                              capture_output=True, text=True, timeout=600, cwd=ROOT)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        outcomes[fix] = json.loads(proc.stdout)["tests"]
-    cap = "test_load_cap_keeps_the_chunk"
-    control = "test_without_a_cap_below_the_prompt_the_hit_is_32"
-    assert outcomes[None][cap].startswith("fail: ") and "hit 16" in outcomes[None][cap]
-    assert outcomes[None][control] == "pass"
-    assert outcomes["003"] == {cap: "pass", control: "pass"}
+    outcomes = run_vllm_tests([REPRO_003], fix="003")
+    assert outcomes == dict.fromkeys(CAP_TESTS, "pass"), outcomes
     o = evaluate(load_scenario_file(SCENARIO_003), "alt-v033-cap-min")
     assert (o.hit_tokens, o.violations) == (32, ())
+    python = env_python("0.33.0")
     assert (ROOT / "docs" / "findings" / "003-fix.diff").read_text() == subprocess.run(
         [str(python), str(FIX), "--diff", "--fix", "003"], capture_output=True, text=True,
         timeout=300, cwd=ROOT).stdout
+
+
+VLLM_TEST = ROOT / "sim" / "crosscheck" / "adapters" / "vllm_test_v033.py"
 
 
 REPRO_004 = (ROOT / "docs" / "findings" / "vllm_tests"

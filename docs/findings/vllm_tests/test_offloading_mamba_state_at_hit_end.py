@@ -147,7 +147,9 @@ def _lookup_and_load(
     )
 
     hit, _ = scheduler.get_num_new_matched_tokens(request, 0)
-    assert hit, "the stored chunks give a hit"
+    assert hit is not None, "every chunk is stored or missing: nothing to wait for"
+    if hit == 0:
+        return 0, []
 
     scheduler_block_size, hash_block_size = resolve_kv_cache_block_sizes(
         kv_cache_config, vllm_config
@@ -184,7 +186,8 @@ def _lookup_and_load(
 
 
 def _assert_state_at_hit_end(hit: int, mamba_loads: list[tuple[int, int]]) -> None:
-    assert mamba_loads, f"a {hit}-token hit loads no Mamba state"
+    """No hit, or a hit whose Mamba state is the one saved at its end."""
+    assert hit == 0 or mamba_loads, f"a {hit}-token hit loads no Mamba state"
     for state_at, serves in mamba_loads:
         assert state_at == serves, (
             f"a {serves}-token hit restores the Mamba state saved at token {state_at}"

@@ -10,6 +10,11 @@ environment.
   temporary directory, and the plugin writes that model's configuration into that cache
   (transformers' ``OPTConfig`` defaults, which are the 125m sizes; no weights: the tests
   never run the model).
+- This machine has no GPU, so the CUDA wheel leaves vLLM on ``UnspecifiedPlatform``,
+  whose ``support_hybrid_kv_cache()`` is False; ``RequestRunner`` enables the hybrid KV
+  cache manager explicitly and ``VllmConfig`` then refuses it.  vLLM's CI runs these
+  tests on GPU hosts, where the platform supports it; the plugin makes the unspecified
+  platform answer True (the tests are scheduler-side and run no kernel).
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ def _write_offline_model(hf_home: Path) -> None:
 
 
 def pytest_configure(config: Any) -> None:
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import UnspecifiedPlatform
+
+    if isinstance(current_platform, UnspecifiedPlatform):
+        UnspecifiedPlatform.support_hybrid_kv_cache = classmethod(  # type: ignore[method-assign]
+            lambda cls: True)
     hf_home = os.environ.get("CROSSCHECK_OFFLINE_MODEL")
     if hf_home:
         _write_offline_model(Path(hf_home))
