@@ -39,7 +39,7 @@ def _blocks_json(blocks: Sequence[int]) -> Any:
 def outcome_json(name: str, o: Outcome) -> dict[str, Any]:
     if o.refused:
         return {"scenario": name, "semantics": o.semantics, "error": o.refused}
-    # 0.33.0's model keys a chunk by the token it ends at (load_v033), older releases'
+    # 0.33.0's model keys a chunk by the token it ends at (load_chunked), older releases'
     # by the offloaded block's index
     keys = "key_end_tokens" if get_semantics(o.semantics).chunked else "blocks"
     return {

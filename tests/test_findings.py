@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REPRO = ROOT / "docs" / "findings" / "vllm_tests" / "test_offloading_mamba_state_at_hit_end.py"
 
 
-def run_in_033(script: Path) -> dict[str, Any]:
+def run_in_newest(script: Path) -> dict[str, Any]:
     python = env_python("0.33.0")
     assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
     proc = subprocess.run([str(python), str(script)], capture_output=True,
@@ -64,10 +64,10 @@ def test_finding_001_completed_fix_passes_the_reproductions_on_real_033() -> Non
     assert len(outcomes) == 3 and set(outcomes.values()) == {"pass"}, outcomes
 
 
-SEARCH = ROOT / "sim" / "crosscheck" / "adapters" / "state_search_v033.py"
+SEARCH = ROOT / "sim" / "crosscheck" / "adapters" / "state_search_chunked.py"
 
 
-def search_033(family: str, cases: int, seed: int) -> dict[str, Any]:
+def search_newest(family: str, cases: int, seed: int) -> dict[str, Any]:
     python = env_python("0.33.0")
     assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
     proc = subprocess.run([str(python), str(SEARCH), "--family", family, "--cases", str(cases),
@@ -82,19 +82,19 @@ def test_reachable_layouts_restore_the_state_at_the_hit_end_on_real_033() -> Non
     # scope: Mamba (align) block = cache_config.block_size, attention blocks 1x or 2x
     # that, optional SWA / EAGLE groups, blocks_per_chunk 1-3, prefix_match_unit (partial
     # tails), max_load_tokens, max_num_new_tokens, GPU prefix hits; random stores
-    result = search_033("reachable", 2000, 1)
+    result = search_newest("reachable", 2000, 1)
     assert result["violations"] == 0, result["examples"]
     assert result["cases"] == 2000 and result["hits"] > 500 and result["partial_tail_hits"] > 0
 
 
 def test_search_finds_the_forced_layout_violation_on_real_033() -> None:
     # the same checker finds finding 001 once the Mamba block is twice the attention block
-    result = search_033("forced", 400, 1)
+    result = search_newest("forced", 400, 1)
     assert result["violations"] > 0
     assert all("no-partial-state" in ex for ex in result["examples"])
 
 
-FIX = ROOT / "sim" / "crosscheck" / "adapters" / "fix_check_v033.py"
+FIX = ROOT / "sim" / "crosscheck" / "adapters" / "fix_check_chunked.py"
 
 
 def test_proposed_fix_restores_the_state_at_the_hit_end_on_real_033() -> None:
@@ -131,7 +131,7 @@ def test_finding_002_hit_inside_a_chunk_loses_nothing_on_real_033_engine_core() 
     # load writes the GPU blocks up to cdiv(hit, block), copied from the chunk holding
     # the hit's end, and the engine computes from the hit on (the tokens past the hit are
     # recomputed); the Mamba state is the one at the hit's end
-    result = run_in_033(REPRO_002)
+    result = run_in_newest(REPRO_002)
     one, two = result["bpc1"], result["bpc2"]
     assert one["hit"] == 1
     assert one["loads"] == [{"keys": ["attn0", "mamba0"],
@@ -205,7 +205,7 @@ def test_finding_003_fix_keeps_the_chunk_on_real_033_scheduler() -> None:
         timeout=300, cwd=ROOT).stdout
 
 
-VLLM_TEST = ROOT / "sim" / "crosscheck" / "adapters" / "vllm_test_v033.py"
+VLLM_TEST = ROOT / "sim" / "crosscheck" / "adapters" / "vllm_test_chunked.py"
 
 
 REPRO_004 = (ROOT / "docs" / "findings" / "vllm_tests"
@@ -219,7 +219,7 @@ def test_finding_004_eagle_gives_a_chunk_back_on_real_033_scheduler() -> None:
     # every chunk stored: a 161-token prompt gets 80 on the real engine-core Scheduler +
     # OffloadingConnector (the EAGLE group pops [80, 160)); without the EAGLE flag, or
     # with a third chunk stored (prompt 240), 160
-    result = run_in_033(REPRO_004)
+    result = run_in_newest(REPRO_004)
     assert result == {"eagle/161": 80, "plain/161": 160, "eagle/240": 160}
     # the model gives the same hits and names 160 as a valid hit (maximality) only
     # for the EAGLE pop at the prompt's end

@@ -166,7 +166,7 @@ def run_vllm_tests(test_files: list[Path], *, version: str = "0.33.0",
                "CROSSCHECK_OFFLINE_MODEL": str(hf_home),
                "CROSSCHECK_FIX": fix or ""}
         cmd = [str(python), "-m", "pytest", "-p", "no:cacheprovider",
-               "-p", "vllm_tests_plugin_v033", "-o", "addopts=", "--rootdir", str(tree),
+               "-p", "vllm_tests_plugin_chunked", "-o", "addopts=", "--rootdir", str(tree),
                "-q", "--junitxml", str(junit), *map(str, placed)]
         proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
                               timeout=timeout)
