@@ -106,6 +106,26 @@ def test_pr_check_exit_codes_are_distinct_and_documented(
         assert words in text, words
 
 
+def test_pr_check_without_changes_writes_nothing(tmp_path: Path) -> None:
+    assert write_scenarios(_result([]), tmp_path / "pr-check") == []
+    assert not (tmp_path / "pr-check").exists()
+
+
+def test_vllm_tests_bad_input_is_one_line_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sim.crosscheck import vllm_tests
+
+    for argv in (["--vllm", "0.24.0"], ["--fix", "002"], [str(tmp_path / "nope.py")]):
+        assert vllm_tests.main(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and err.startswith("error: "), err
+    with pytest.raises(SystemExit) as e:
+        vllm_tests.main(["--help"])
+    assert e.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "0 every test passed; 1 some test failed" in text and "2 bad input" in text
+
+
 def test_pr_check_scenarios_are_written_and_replay(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     r = _result([BREAKING, QUIET])

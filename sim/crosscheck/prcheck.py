@@ -417,7 +417,8 @@ def write_scenarios(result: PRResult, out_dir: Path) -> list[Path]:
     """Write every shrunk scenario of ``result`` (and the first breaking one before
     shrinking) as a scenario file ``python -m model lookup FILE`` replays; records the
     paths on ``result`` and returns them."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if result.changes or result.first_break is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
     result.scenario_files = []
     for i, c in enumerate(result.changes, 1):
         data = scenario_to_json(parse_scenario(c.scenario))
