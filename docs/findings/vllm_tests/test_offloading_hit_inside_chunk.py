@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """A CPU-offload hit that ends inside an attention group's offload chunk loses nothing.
 
 Written for vLLM 0.33.0's ``tests/v1/kv_connector/unit/`` (self-contained: vLLM and
@@ -104,8 +105,7 @@ JAMBA = dict(
 )
 
 
-def _configs(case: Case) -> tuple[VllmConfig, KVCacheConfig]:
-    model_dir = tempfile.mkdtemp()
+def _configs(case: Case, model_dir: str) -> tuple[VllmConfig, KVCacheConfig]:
     transformers.JambaConfig(**JAMBA).save_pretrained(model_dir)
     page = case.attn_block * BYTES_PER_TOKEN  # the larger page; Mamba's is padded to it
     attn = FullAttentionSpec(block_size=case.attn_block, num_kv_heads=1, head_size=16,
@@ -170,7 +170,12 @@ def _chunk_keys(request: Request, case: Case, hash_block: int) -> dict[bytes, tu
 
 
 def run(case: Case) -> dict[str, Any]:
-    vllm_config, kv_cache_config = _configs(case)
+    with tempfile.TemporaryDirectory() as model_dir:
+        return _run(case, model_dir)
+
+
+def _run(case: Case, model_dir: str) -> dict[str, Any]:
+    vllm_config, kv_cache_config = _configs(case, model_dir)
     block, hash_block = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
     scheduler = Scheduler(
         vllm_config=vllm_config, kv_cache_config=kv_cache_config,
