@@ -9,13 +9,18 @@ is a file that replays, and each outcome has its own documented exit code.
   files and replay.
 - ``bench/bench_known_bugs.py`` without ``--sources``: finds the wheels or fetches them;
   when it cannot, one ``error:`` line and exit 2.
+- ``python -m model lookup`` on a FIFO (or a directory holding one) and ``python -m sim
+  run`` with a semantics named twice: one error line and exit 2, not a hang.
+- pytest-timeout is installed with the package, so the ``timeout`` option applies.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +190,33 @@ def test_known_bugs_bad_sources_is_one_line_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stdout == "" and proc.stderr.count("\n") == 1
     assert proc.stderr.startswith("error: --sources:")
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_model_lookup_refuses_a_fifo(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    for target in (fifo, tmp_path):  # the FIFO, and a directory holding one
+        proc = _run("-m", "model", "lookup", str(target))
+        assert proc.returncode == 2, proc
+        assert proc.stdout == "" and proc.stderr.count("\n") == 1
+        assert f"{fifo}: not a regular file" in proc.stderr
+
+
+def test_sim_run_refuses_a_semantics_named_twice() -> None:
+    proc = _run("-m", "sim", "run", "--workload", "chat", "--requests", "10",
+                "--semantics", "vllm-0.24.0,vllm-0.24.0", "--no-progress")
+    assert proc.returncode == 2, proc
+    assert proc.stderr.count("\n") == 1 and "'vllm-0.24.0' is named more than once" in (
+        proc.stderr)
+
+
+def test_pytest_timeout_comes_with_the_package() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "timeout" in project["tool"]["pytest"]["ini_options"]
+    assert any(d.startswith("pytest-timeout") for d in project["project"]["dependencies"])
