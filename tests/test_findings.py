@@ -6,8 +6,8 @@ files for vLLM's ``tests/v1/kv_connector/unit/offloading_connector/``
 (``docs/findings/vllm_tests/``), written on vLLM 0.33.0's own test helpers; they run under
 pytest in that tree (``sim.crosscheck.vllm_tests``: the helpers come from the release's
 source distribution), on the release as shipped (they fail: the bug) and with the
-proposed fix applied in process (they pass).  Findings 002 and 004 still run as scripts
-that print JSON.
+proposed fix applied in process (they pass).  Findings 002 and 004 pin intended
+behaviour: their files pass on the release.
 """
 
 from __future__ import annotations
@@ -28,16 +28,6 @@ pytestmark = pytest.mark.crosscheck
 
 ROOT = Path(__file__).resolve().parents[1]
 REPRO = ROOT / "docs" / "findings" / "vllm_tests" / "test_offloading_mamba_state_at_hit_end.py"
-
-
-def run_in_newest(script: Path) -> dict[str, Any]:
-    python = env_python("0.33.0")
-    assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
-    proc = subprocess.run([str(python), str(script)], capture_output=True,
-                          text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result: dict[str, Any] = json.loads(proc.stdout)
-    return result
 
 
 def test_finding_001_reproductions_show_the_bug_on_real_033_scheduler() -> None:
@@ -131,31 +121,25 @@ def test_finding_002_hit_inside_a_chunk_loses_nothing_on_real_033_engine_core() 
     # load writes the GPU blocks up to cdiv(hit, block), copied from the chunk holding
     # the hit's end, and the engine computes from the hit on (the tokens past the hit are
     # recomputed); the Mamba state is the one at the hit's end
-    result = run_in_newest(REPRO_002)
-    one, two = result["bpc1"], result["bpc2"]
-    assert one["hit"] == 1
-    assert one["loads"] == [{"keys": ["attn0", "mamba0"],
-                             "gpu_blocks": {"attn": [0, 1], "mamba": [0, 1]}}]
-    assert one["computed"] == [{"from": 1, "tokens": 1}, {"from": 2, "tokens": 1}]
-    assert one["mamba_states"] == [{"serves": [0, 1], "state_at": 1, "key_ends_at": 1}]
-    # two blocks per chunk: the attention chunk [0, 4) is named, one GPU block copied
-    assert two["hit"] == 2
-    assert two["loads"] == [{"keys": ["attn0", "mamba0"],
-                             "gpu_blocks": {"attn": [0, 1], "mamba": [1, 2]}}]
-    assert two["computed"] == [{"from": 2, "tokens": 4}, {"from": 6, "tokens": 1}]
-    assert two["mamba_states"] == [{"serves": [0, 2], "state_at": 2, "key_ends_at": 2}]
+    # (the vLLM-ready file pins these values itself; both cases pass on 0.33.0)
+    assert run_vllm_tests([REPRO_002]) == {
+        "test_engine_core_hit_inside_full_attention_chunk[bpc1]": "pass",
+        "test_engine_core_hit_inside_full_attention_chunk[bpc2]": "pass"}
+    # what the file pins: hit, GPU blocks [first, stop) per group, the state's position
+    pinned = {"hit-inside-full-attention-chunk.json": (1, {"attn": [0, 1], "mamba": [0, 1]}),
+              "hit-inside-full-attention-chunk-bpc2.json": (2, {"attn": [0, 1],
+                                                                "mamba": [1, 2]})}
     # the model names the same hit, keys, GPU blocks and state, and still flags the
     # shape as a whole-blocks counterexample (the invariant is stricter than correctness)
-    for name, real in (("hit-inside-full-attention-chunk.json", one),
-                       ("hit-inside-full-attention-chunk-bpc2.json", two)):
+    for name, (hit, gpu_blocks) in pinned.items():
         o = evaluate(load_scenario_file(SCENARIOS_002 / name))
-        assert o.hit_tokens == real["hit"]
+        assert o.hit_tokens == hit
         attn, mamba = o.loads
         for load, label in ((attn, "attn"), (mamba, "mamba")):
             assert load.gpu_block_index is not None
             assert [load.gpu_block_index, load.gpu_block_index + load.gpu_blocks] == \
-                real["loads"][0]["gpu_blocks"][label]
-        assert mamba.state_position == real["mamba_states"][0]["state_at"]
+                gpu_blocks[label]
+        assert mamba.state_position == hit
         # keys by the token each ends at: the attention chunk holding the hit's end
         assert [len(attn.blocks), len(mamba.blocks)] == [1, 1]
         assert [v.invariant for v in o.violations] == ["whole-blocks"]
