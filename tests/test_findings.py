@@ -21,8 +21,11 @@ import pytest
 
 from model.evaluate import evaluate
 from model.scenario import load_scenario_file, parse_scenario
+from releases import fix_003_cap_min
 from sim.crosscheck.envs import env_python
 from sim.crosscheck.vllm_tests import run_vllm_tests
+
+CAP_MIN = fix_003_cap_min.SEMANTICS.name
 
 pytestmark = pytest.mark.crosscheck
 
@@ -181,7 +184,7 @@ def test_finding_003_fix_keeps_the_chunk_on_real_033_scheduler() -> None:
     # alt-v033-cap-min gives the fixed hit and keeps maximality
     outcomes = run_vllm_tests([REPRO_003], fix="003")
     assert outcomes == dict.fromkeys(CAP_TESTS, "pass"), outcomes
-    o = evaluate(load_scenario_file(SCENARIO_003), "alt-v033-cap-min")
+    o = evaluate(load_scenario_file(SCENARIO_003), CAP_MIN)
     assert (o.hit_tokens, o.violations) == (32, ())
     python = env_python("0.33.0")
     assert (ROOT / "docs" / "findings" / "003-fix.diff").read_text() == subprocess.run(
