@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from model import cli as model_cli
+from releases import vllm_0_24_0, vllm_0_33_0
 from sim.crosscheck import cli as cc_cli
 from sim.crosscheck import knownbugs
 from sim.crosscheck.knownbugs import BugError, find_sources
@@ -46,17 +47,19 @@ from sim.crosscheck.prreport import compact, render
 from sim.crosscheck.tree import Tree
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFERRED = ROOT / "tests" / "scenarios" / "vllm-0.33.0" / "partial-tail-pending-retry.json"
+DEFERRED = (ROOT / "tests" / "scenarios" / vllm_0_33_0.SEMANTICS.name
+            / "partial-tail-pending-retry.json")
 SLIDING = (ROOT / "tests" / "scenarios" / "finding-001"
            / "engine-core-sliding-window-gpu-layout.json")
-OLDER = ROOT / "tests" / "scenarios" / "vllm-0.24.0-breaks" / "mamba-all-mode-boundary.json"
+OLDER = (ROOT / "tests" / "scenarios" / f"{vllm_0_24_0.SEMANTICS.name}-breaks"
+         / "mamba-all-mode-boundary.json")
 
 
 def test_deferred_answer_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     assert model_cli.main(["lookup", str(DEFERRED)]) == 0
     out = capsys.readouterr().out
     assert "hit None" not in out
-    assert ": vllm-0.33.0: deferred (the lookup answers None" in out
+    assert f": {vllm_0_33_0.SEMANTICS.name}: deferred (the lookup answers None" in out
     assert model_cli.main(["lookup", str(DEFERRED), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert (d["hit_tokens"], d["deferred"]) == (None, True)
@@ -209,10 +212,11 @@ def test_model_lookup_refuses_a_fifo(tmp_path: Path) -> None:
 
 
 def test_sim_run_refuses_a_semantics_named_twice() -> None:
+    name = vllm_0_24_0.SEMANTICS.name
     proc = _run("-m", "sim", "run", "--workload", "chat", "--requests", "10",
-                "--semantics", "vllm-0.24.0,vllm-0.24.0", "--no-progress")
+                "--semantics", f"{name},{name}", "--no-progress")
     assert proc.returncode == 2, proc
-    assert proc.stderr.count("\n") == 1 and "'vllm-0.24.0' is named more than once" in (
+    assert proc.stderr.count("\n") == 1 and f"{name!r} is named more than once" in (
         proc.stderr)
 
 
