@@ -93,12 +93,6 @@ class Semantics:
         return self.steps.after_cut is not steps.keep_after_cut
 
     @property
-    def cap_min(self) -> bool:
-        """Whether the last-token rule is finding 003's minimum (being replaced by the
-        step itself at every call site)."""
-        return self.steps.last_token is steps.last_token_min
-
-    @property
     def version(self) -> str:
         """The vLLM release whose real scheduler judges it (a fix: with its diff)."""
         return self.base_version
