@@ -32,8 +32,8 @@ PACKAGE = "toy_semantics_plugin"
 MODULE = "keeps_last_token"
 TOY_NAME = "toy-v033-keeps-last-token"
 
-TOY_SOURCE = f'''"""A toy fix of vLLM 0.33.0: the last-prompt-token rule (scheduler.py:876) keeps the
-bound, so a hit may end at the prompt's end."""
+TOY_SOURCE = f'''"""A toy fix of vLLM 0.33.0: the last-prompt-token rule (scheduler.py:876)
+keeps the bound, so a hit may end at the prompt's end."""
 
 from dataclasses import replace
 from typing import Any
