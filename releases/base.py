@@ -89,7 +89,8 @@ class Semantics:
 
     @property
     def reround_mamba(self) -> bool:
-        """Whether the bound is rounded to the Mamba align size again after each cut."""
+        """Whether the bound is rounded to the Mamba align size again after each cut (the
+        layered proof picks its loop lemmas by it: ``proofs.lemmas_chunked.assumed``)."""
         return self.steps.after_cut is not steps.keep_after_cut
 
     @property

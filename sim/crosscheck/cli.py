@@ -141,8 +141,8 @@ def v033_dims(s: Scenario, result: dict[str, Any]) -> list[str]:
 
 def semantics_lines() -> list[str]:
     """One line per registered semantics: name, vLLM release, what the real side runs (the
-    release, the release with a fix's diff applied, or nothing: checked by the model
-    only)."""
+    release, the release with a fix's diff applied, or nothing: checked by the model and
+    the proofs only)."""
     out = []
     for name in releases.names():
         version = get_semantics(name).base_version
