@@ -32,10 +32,16 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# the parts of proofs.spec.FACT_PARTS (listed here so that either tree's names are run)
+sys.path.insert(0, str(ROOT))
+
+from releases import alt_round_num_hit, vllm_0_23_0, vllm_0_24_0  # noqa: E402
+
+# the parts of proofs.spec.FACT_PARTS (listed here so that either tree's names are run;
+# the simulated semantics are proofs.spec.SIM_SEMANTICS)
+SIM_SEMANTICS = tuple(m.SEMANTICS.name for m in (vllm_0_23_0, vllm_0_24_0, alt_round_num_hit))
 PART_NAMES = ["seed_counterexample", "alt_round_num_hit_counterexample",
               *(f"sim:{label}:{sem}" for label in ("chat", "chat-hybrid")
-                for sem in ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit")), "rerun"]
+                for sem in SIM_SEMANTICS), "rerun"]
 
 CHILD = """
 import json, sys, time

@@ -35,7 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MAIN = ("no-partial-state", "vllm-0.24.0")
+sys.path.insert(0, str(ROOT))
+
+from releases import vllm_0_24_0  # noqa: E402
+
+# the main theorem: PR #44599's claim on the release that shipped it
+MAIN = ("no-partial-state", vllm_0_24_0.SEMANTICS.name)
 TARGET_MAIN_S, TARGET_TOTAL_S = 2.0, 30.0
 
 

@@ -22,12 +22,14 @@ import z3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import releases  # noqa: E402
 from proofs import check_chunked  # noqa: E402
 from proofs.report import run_one, write_report  # noqa: E402
 from proofs.theorems import THEOREMS  # noqa: E402
 
 OLD = ("simplify", "propagate-values", "solve-eqs", "smt")
-SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun")
+# the chunked release and finding 001's fixes
+SEMANTICS = (releases.newest("chunked").name, *releases.fixes(finding="001"))
 seen = {"queries": 0, "same": 0, "differ": 0, "unknown": 0, "new_s": 0.0, "old_s": 0.0}
 
 

@@ -17,7 +17,10 @@ import pytest
 
 from model.evaluate import evaluate
 from model.scenario import load_scenario_file, parse_scenario
+from releases import fix_003_cap_min
 from sim.crosscheck.envs import env_python
+
+CAP_MIN = fix_003_cap_min.SEMANTICS.name
 
 pytestmark = pytest.mark.crosscheck
 
@@ -203,7 +206,7 @@ def test_finding_003_fix_keeps_the_chunk_on_real_033_scheduler() -> None:
     assert outcomes[None][cap].startswith("fail: ") and "hit 16" in outcomes[None][cap]
     assert outcomes[None][control] == "pass"
     assert outcomes["003"] == {cap: "pass", control: "pass"}
-    o = evaluate(load_scenario_file(SCENARIO_003), "alt-v033-cap-min")
+    o = evaluate(load_scenario_file(SCENARIO_003), CAP_MIN)
     assert (o.hit_tokens, o.violations) == (32, ())
     assert (ROOT / "docs" / "findings" / "003-fix.diff").read_text() == subprocess.run(
         [str(python), str(FIX), "--diff", "--fix", "003"], capture_output=True, text=True,

@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 import proofs.__main__ as proofs_main
+from releases import vllm_0_24_0
+
+V024 = vllm_0_24_0.SEMANTICS.name
 
 
 def green(d: Path) -> None:
@@ -37,7 +40,7 @@ def test_failing_run_replaces_a_green_report(tmp_path: Path,
     green(d)
     # a 1 ms budget: the solver answers unknown, which never counts as a pass
     code = proofs_main.main(["--report", str(d), "--timeout", "0.001", "--jobs", "1",
-                             "--semantics", "vllm-0.24.0", "--theorem", "whole-blocks",
+                             "--semantics", V024, "--theorem", "whole-blocks",
                              "--no-necessity"])
     check_failed(d, code, capsys)
     assert (d / "report.json").exists()  # this run's, complete

@@ -12,6 +12,10 @@ import pytest
 import proofs.report as report
 from model.semantics import MODEL_SEMANTICS
 from proofs.theorems import THEOREMS
+from releases import vllm_0_23_0, vllm_0_24_0
+
+V023 = vllm_0_23_0.SEMANTICS.name
+V024 = vllm_0_24_0.SEMANTICS.name
 
 
 class _Order:
@@ -91,15 +95,15 @@ def test_a_picture_drawn_while_the_pairs_ran_is_copied_not_drawn_again(
         return 1.0
 
     monkeypatch.setattr(report, "draw", draw)
-    name = "no-partial-state--vllm-0.23.0"
+    name = f"no-partial-state--{V023}"
     cex = json.loads((Path(__file__).parent.parent / "docs" / "counterexamples"
                       / f"{name}.json").read_text())
-    row = report.Row("no-partial-state", "vllm-0.23.0",
+    row = report.Row("no-partial-state", V023,
                      Verdict("COUNTEREXAMPLE", 0.0, cex), "fails", ())
     pool = _Now()
     early = report.EarlyPictures(pool, tmp_path / "scratch")
     early.rows([row])
-    assert drawn == [report.picture_title("no-partial-state", "vllm-0.23.0")]
+    assert drawn == [report.picture_title("no-partial-state", V023)]
     queue: list[report.Drawing] = []
     report.write_report([row], tmp_path / "out", queue=queue)
     assert report.draw_all(queue, 2, pool, early) == 1.0
@@ -121,10 +125,10 @@ def test_the_spec_pictures_of_a_row_are_drawn_early_too(
 
     monkeypatch.setattr(report, "draw", lambda d: 0.0)
     cexs = Path(__file__).parent.parent / "docs" / "counterexamples"
-    rows = [report.Row("maximality", "vllm-0.24.0", Verdict("PROVED", 0.0), "holds", (),
+    rows = [report.Row("maximality", V024, Verdict("PROVED", 0.0), "holds", (),
                        None, Verdict("COUNTEREXAMPLE", 0.0, json.loads(
                            (cexs / "maximality--vllm-0.24.0--accepted.json").read_text()))),
-            report.Row("no-partial-state", "vllm-0.23.0", Verdict("COUNTEREXAMPLE", 0.0, json.loads(
+            report.Row("no-partial-state", V023, Verdict("COUNTEREXAMPLE", 0.0, json.loads(
                 (cexs / "no-partial-state--vllm-0.23.0.json").read_text())), "fails", ())]
     early = report.EarlyPictures(_Now(), tmp_path / "scratch", spec=True)
     for r in rows:

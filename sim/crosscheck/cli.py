@@ -32,6 +32,7 @@ from model.scenario import (
     scenario_to_json,
 )
 from model.semantics import get_semantics
+from releases import vllm_0_23_0, vllm_0_24_0, vllm_0_33_0
 from sim.crosscheck.client import RealScheduler
 from sim.crosscheck.compare import Verdict, compare, model_view
 from sim.crosscheck.envs import ROOT, VERSIONS
@@ -40,14 +41,15 @@ from sim.crosscheck.shrink import shrink, signature
 
 OUT_DIR = ROOT / "tests" / "scenarios" / "crosscheck"
 SEED = {  # the seed's boundary case: real 0.23.0 hits 31 tokens, real 0.24.0 hits 16
-    "semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 32,
+    "semantics": releases.newest("block").name, "block_size_factor": 1, "prompt_tokens": 32,
     "num_computed_tokens": 0,
     "groups": [{"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
                 "stored": "all"}],
 }
-SEED_HIT = {"0.23.0": 31, "0.24.0": 16, "0.33.0": 16}
+SEED_HIT = {vllm_0_23_0.SEMANTICS.base_version: 31, vllm_0_24_0.SEMANTICS.base_version: 16,
+            vllm_0_33_0.SEMANTICS.base_version: 16}
 BENCH = {  # 4,096-token prompt, two groups, everything stored, nothing on the GPU
-    "semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 4096,
+    "semantics": releases.newest("block").name, "block_size_factor": 1, "prompt_tokens": 4096,
     "num_computed_tokens": 0,
     "groups": [{"kind": "full_attention", "gpu_block_size": 16, "stored": "all"},
                {"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
@@ -313,6 +315,10 @@ def bench(real: RealScheduler, calls: int) -> tuple[float, float]:
     return 1 / r["median"], 1 / per_call[len(per_call) // 2]
 
 
+# the example in --semantics' help
+_FIX = releases.fix_for("001")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(prog="python -m sim.crosscheck", description=__doc__)
     ap.add_argument("--vllm", default=",".join(VERSIONS),
@@ -336,8 +342,8 @@ def main(argv: list[str] | None = None) -> int:
                     "real side, then exit")
     ap.add_argument("--semantics", default=None, metavar="NAME",
                     help="an alt semantics with a real counterpart, checked against the "
-                    "release with that fix applied (alt-v033-reround-mamba: vLLM 0.33.0 "
-                    "with docs/findings/001-fix.diff); one --vllm version only")
+                    f"release with that fix applied ({_FIX.name}: vLLM {_FIX.base_version} "
+                    f"with {_FIX.fix_diff}); one --vllm version only")
     pr = ap.add_argument_group(
         "PR check", "check a vLLM source tree (branch, unpacked sdist/wheel, .whl, "
         ".tar.gz) against its nearest modelled release; prints a Markdown report; exit 0 "

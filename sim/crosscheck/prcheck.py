@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import releases
 from model.evaluate import Outcome, evaluate
 from model.invariants import AnyLayout, check_all
 from model.layout import Layout
@@ -56,7 +57,7 @@ from sim.crosscheck.tree import (
 )
 
 CORPUS = (ROOT / "tests" / "scenarios", ROOT / "docs" / "counterexamples")
-SEED = {"semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 32,
+SEED = {"semantics": releases.newest("block").name, "block_size_factor": 1, "prompt_tokens": 32,
         "num_computed_tokens": 0,
         "groups": [{"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
                     "stored": "all"}]}

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from model.citations import cite
+from sim.crosscheck.mapping import semantics_for
 from sim.crosscheck.prcheck import CRASH, Change, PRResult, Side
 
 VERDICT = {
@@ -90,7 +91,7 @@ def render(r: PRResult) -> str:
         f"## offload-lookup-check PR check: {VERDICT[code]} (exit {code})",
         "",
         f"- Base: the tree is checked against the model of **vLLM {v}** "
-        f"(semantics `vllm-{v}`): {r.nearest.reason}. "
+        f"(semantics `{semantics_for(v)}`): {r.nearest.reason}. "
         f"Declared version: {r.tree.version or 'none'}"
         + (f" (`{r.tree.version_source}`)" if r.tree.version_source else "")
         + f". Changed lines in the cited files per modelled release: {dist or 'n/a'}.",
