@@ -26,19 +26,12 @@ NAME_SHAPE = re.compile(r"^(vllm-\d+\.\d+\.\d+|alt-[a-z0-9-]+)$")
 # Files being changed on other branches right now; swept when those land (remove an entry
 # as its file is swept: the test then covers it).
 BEING_MOVED = "moving out of proofs/ on another branch (issue 22 step 5); swept after it lands"
-BEING_REWORKED = "chunked family reworked on another branch (issue 22 step 2); swept after"
 EXCLUDED: dict[str, str] = {
     "proofs/spec.py": BEING_MOVED,
     "proofs/report.py": BEING_MOVED,
     "proofs/publish.py": BEING_MOVED,
     "proofs/mutation.py": BEING_MOVED,
     "proofs/__main__.py": BEING_MOVED,
-    "model/lookup_chunked.py": BEING_REWORKED,
-    "proofs/turn_chunked.py": BEING_REWORKED,
-    "proofs/encoding_chunked.py": BEING_REWORKED,
-    "proofs/layers_chunked.py": BEING_REWORKED,
-    "proofs/maximality_layers_chunked.py": BEING_REWORKED,
-    "proofs/tail_chunked.py": BEING_REWORKED,
 }
 EXCLUDED_PREFIXES: dict[str, str] = {
     "releases/": "the registry: each semantics' own module spells its name",
