@@ -187,10 +187,12 @@ def run_main(main: Callable[[list[str]], int], argv: list[str]) -> tuple[int, st
 def _mains() -> dict[str, Callable[[list[str]], int]]:
     from model.cli import main as model_main
     from proofs.__main__ import main as proofs_main
+    from publish.__main__ import main as publish_main
     from sim.cli import main as sim_main
     from sim.crosscheck.cli import main as crosscheck_main
     from sim.gpu.report import main as gpu_main
-    return {"model": model_main, "proofs": proofs_main, "sim": sim_main,  # type: ignore[dict-item]
+    return {"model": model_main, "proofs": proofs_main,  # type: ignore[dict-item]
+            "publish": publish_main, "sim": sim_main,  # type: ignore[dict-item]
             "crosscheck": crosscheck_main, "gpu": gpu_main}  # type: ignore[dict-item]
 
 
@@ -202,8 +204,11 @@ HOSTILE_ARGV = [
     ("proofs", ["--timeout", "nan"]), ("proofs", ["--timeout", "inf"]),
     ("proofs", ["--timeout", "-1"]), ("proofs", ["--jobs", "0"]),
     ("proofs", ["--jobs", "10000000000"]), ("proofs", ["--semantics", "vllm-9"]),
-    ("proofs", ["--theorem", "nope"]), ("proofs", ["--report", ""]),
-    ("proofs", ["--report", "BAD_UTF8"]), ("proofs", ["--mutants", "--mutant", "no-such"]),
+    ("proofs", ["--theorem", "nope"]), ("proofs", ["--report", "report"]),
+    ("proofs", ["--mutants"]), ("publish", ["--timeout", "nan"]), ("publish", ["--jobs", "0"]),
+    ("publish", ["--semantics", "vllm-9"]), ("publish", ["--theorem", "nope"]),
+    ("publish", ["--report", ""]), ("publish", ["--report", "BAD_UTF8"]),
+    ("publish", ["--mutants", "--mutant", "no-such"]),
     ("sim", ["run", "--workload", "chat", "--requests", "10000000000", "--semantics",
              V024]),
     ("sim", ["run", "--workload", "nope", "--requests", "3", "--semantics", V024]),

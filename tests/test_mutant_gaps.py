@@ -1,5 +1,5 @@
 """Cases that close the gaps surviving mutants of the vllm-0.24.0 lookup showed
-(``python -m proofs --mutants``): each pins a step no other test or theorem pinned."""
+(``python -m publish --mutants``): each pins a step no other test or theorem pinned."""
 
 from __future__ import annotations
 

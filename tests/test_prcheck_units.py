@@ -129,7 +129,7 @@ def test_report_and_exit_status() -> None:
     breaking = Change("hit | breaks no-partial-state", 1, SEED,
                       ("hit: model 16 vs real 31",), old, new, ("no-partial-state",))
     r = _result([quiet, breaking])
-    assert r.exit_code == 2
+    assert r.exit_code == 3
     text = render(r)
     assert text.startswith("## offload-lookup-check PR check: a changed behaviour breaks")
     assert "**no-partial-state**: state at 32, hit 31" in text

@@ -39,7 +39,7 @@ from proofs.encoding import (
     symbolic_env,
 )
 from proofs.layers import KINDS, lemma_turn
-from proofs.report import Row
+from proofs.results import Row
 from proofs.theorems import THEOREMS, Context
 from proofs.witness import Witness
 from proofs.witness import _query as witness_query

@@ -137,7 +137,7 @@ def test_a_bounded_proof_does_not_match_holds() -> None:
     not match it (e.g. a layered query out of time on a loaded machine falls back to the
     bounded check), while the layered verdict and an older release's proof do."""
     from proofs.check import Verdict
-    from proofs.report import Row
+    from proofs.results import Row
     from proofs.witness import Witness
 
     found = Witness(True, 0.0)

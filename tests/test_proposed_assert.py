@@ -22,7 +22,7 @@ from model.maximality import is_valid_hit
 from model.proposed_assert import proposed_assertion_fires
 from model.scenario import Scenario, parse_scenario
 from model.semantics import SEMANTICS, get_semantics
-from proofs.spec import LARGER_FIELDS
+from publish.spec import LARGER_FIELDS
 from releases import vllm_0_23_0, vllm_0_24_0
 
 V023 = vllm_0_23_0.SEMANTICS.name

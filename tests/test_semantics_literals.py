@@ -25,14 +25,7 @@ NAME_SHAPE = re.compile(r"^(vllm-\d+\.\d+\.\d+|alt-[a-z0-9-]+)$")
 
 # Files being changed on other branches right now; swept when those land (remove an entry
 # as its file is swept: the test then covers it).
-BEING_MOVED = "moving out of proofs/ on another branch (issue 22 step 5); swept after it lands"
-EXCLUDED: dict[str, str] = {
-    "proofs/spec.py": BEING_MOVED,
-    "proofs/report.py": BEING_MOVED,
-    "proofs/publish.py": BEING_MOVED,
-    "proofs/mutation.py": BEING_MOVED,
-    "proofs/__main__.py": BEING_MOVED,
-}
+EXCLUDED: dict[str, str] = {}
 EXCLUDED_PREFIXES: dict[str, str] = {
     "releases/": "the registry: each semantics' own module spells its name",
 }
@@ -125,8 +118,7 @@ def test_no_semantics_name_literals() -> None:
                         + "\n".join(hits))
 
 
-@pytest.mark.xfail(strict=True, reason="proofs/spec.py, report.py, publish.py, mutation.py "
-                   "move out of proofs/ (another engineer)")
 def test_proofs_do_not_import_sim() -> None:
+    # (tests/test_package_boundaries.py also keeps vllm and publish out of proofs/)
     hits = [h for f in _tracked_py() if f.startswith("proofs/") for h in _imports_sim(f)]
     assert hits == [], "proofs/ imports sim/:\n" + "\n".join(hits)

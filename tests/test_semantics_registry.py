@@ -8,7 +8,9 @@ with ``OLC_SEMANTICS`` (``releases/__init__.py``), and shows in subprocesses tha
 (b) the proofs check it and the toy's broken step turns a theorem red: it inherits 0.33.0's
     expectation that leaves-last-token holds, and the prover finds a counterexample
     (``python -m proofs --semantics NAME --theorem leaves-last-token``: FAIL, exit 1),
-(c) the spec's matrix (``proofs.spec.matrix``) has a column for it, with that verdict,
+(c) the report (``python -m publish --semantics NAME --theorem leaves-last-token --report
+    DIR``) has its row, and the spec's matrix (``publish.spec.matrix`` over that report)
+    a column for it, with that verdict,
 (d) the cross-check lists it (``python -m sim.crosscheck --list-semantics``).
 
 The toy's name is spelled once, inside the toy's source (``TOY_NAME``).
@@ -124,11 +126,14 @@ def test_proofs_spec_and_crosscheck_pick_up_a_registered_toy(
         toy_env: dict[str, str], tmp_path: Path) -> None:
     """(b) the toy's broken step turns leaves-last-token red; (c) the spec's matrix has
     its column; (d) the cross-check lists it."""
-    report = tmp_path / "report"
-    r = _run(toy_env, "-m", "proofs", "--semantics", TOY_NAME, "--theorem",
-             "leaves-last-token", "--report", str(report))
+    run = ("--semantics", TOY_NAME, "--theorem", "leaves-last-token")
+    r = _run(toy_env, "-m", "proofs", *run)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "FAIL: 0 of 1 results match their expectation" in r.stdout, r.stdout
+
+    report = tmp_path / "report"
+    r = _run(toy_env, "-m", "publish", *run, "--report", str(report))
+    assert r.returncode == 1, r.stdout + r.stderr
     rows = json.loads((report / "report.json").read_text())["results"]
     (row,) = [x for x in rows if x["semantics"] == TOY_NAME]
     assert row["theorem"] == "leaves-last-token"
@@ -136,7 +141,7 @@ def test_proofs_spec_and_crosscheck_pick_up_a_registered_toy(
                                                                  False), row
 
     cells = _run(toy_env, "-c", (
-        "import json, sys; from pathlib import Path; from proofs import spec; "
+        "import json, sys; from pathlib import Path; from publish import spec; "
         "names = list(spec.columns()); i = names.index(sys.argv[1]); "
         "m = spec.matrix(spec.load_results(Path(sys.argv[2]))); "
         "print(json.dumps({row['theorem']: row['cells'][i] for row in m}))"),

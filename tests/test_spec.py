@@ -16,7 +16,7 @@ import pytest
 from model.evaluate import evaluate
 from model.explain import explain
 from model.scenario import parse_scenario
-from proofs.spec import (
+from publish.spec import (
     CI_WORKFLOW,
     PAGES,
     SEED_FILE,
@@ -34,8 +34,8 @@ CACHE_CONFIG = alt_cache_config_block_size.SEMANTICS.name
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-STALE = ("docs/{} differs from what the code produces: run `python -m proofs.spec docs/` "
-         "(after a change to theorems or the encoding: `python -m proofs --report docs/`) "
+STALE = ("docs/{} differs from what the code produces: run `python -m publish.spec docs/` "
+         "(after a change to theorems or the encoding: `python -m publish --report docs/`) "
          "and commit docs/")
 
 
@@ -116,7 +116,7 @@ def test_every_counterexample_has_a_section(pages: dict[str, str]) -> None:
 
 def test_ci_workflow_runs_the_proofs_and_the_crosscheck() -> None:
     text = (ROOT / CI_WORKFLOW).read_text()
-    assert "python -m proofs --report" in text
+    assert "python -m publish --report" in text
     assert "python -m sim.crosscheck --vllm" in text and "--examples 2000" in text
     assert "VLLM_VERSION: \"0.24.0\"" in text
 
@@ -126,12 +126,12 @@ def test_spec_facts_are_current() -> None:
     """The expensive facts still come out the same (about a minute): the simulator's
     numbers exactly; the Z3 searches (whose incidental details, such as an unconstrained
     window size, may vary with the solver's time budget) in what the spec says of them.
-    After a change to sim/ or the encoding: `python -m proofs --report docs/`."""
-    from proofs.spec import FACTS, collect_facts
+    After a change to sim/ or the encoding: `python -m publish --report docs/`."""
+    from publish.facts import FACTS, collect_facts
 
     fresh = json.loads(json.dumps(collect_facts(), sort_keys=True))
     committed = json.loads((DOCS / FACTS).read_text())
-    stale = "docs/spec-facts.json is stale: run `python -m proofs --report docs/`"
+    stale = "docs/spec-facts.json is stale: run `python -m publish --report docs/`"
     for key in ("sim", "rerun"):
         assert fresh[key] == committed[key], stale
     for facts in (fresh, committed):
@@ -189,10 +189,10 @@ def test_the_verdict_over_every_accepted_layout_shows_beside_the_one_under_preco
 
 def test_a_fact_taken_from_a_pair_is_that_pairs_search(monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
-    """``python -m proofs --report`` takes the facts of PAIR_FACTS from the pairs' rows:
+    """``python -m publish --report`` takes the facts of PAIR_FACTS from the pairs' rows:
     the fact's own search and the pair's (after its proof fails) ask the same question."""
     import proofs.check as check
-    from proofs.spec import PAIR_FACTS, fact_part
+    from publish.facts import PAIR_FACTS, fact_part
 
     asked: list[tuple[str, str, tuple[str, ...]]] = []
 
@@ -212,7 +212,8 @@ def test_a_fact_taken_from_a_pair_is_that_pairs_search(monkeypatch: pytest.Monke
 
 def test_fact_parts_name_every_simulator_run_once() -> None:
     # FACT_PARTS lists each part with its measured cost: every run collect_facts reads
-    from proofs.spec import FACT_PARTS, SIM_LABELS, SIM_SEMANTICS
+    from publish.facts import FACT_PARTS, SIM_LABELS
+    from publish.names import SIM_SEMANTICS
 
     sims = {f"sim:{label}:{sem}" for label in SIM_LABELS for sem in SIM_SEMANTICS}
     assert {n for n in FACT_PARTS if n.startswith("sim:")} == sims

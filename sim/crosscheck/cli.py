@@ -346,9 +346,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"with {_FIX.fix_diff}); one --vllm version only")
     pr = ap.add_argument_group(
         "PR check", "check a vLLM source tree (branch, unpacked sdist/wheel, .whl, "
-        ".tar.gz) against its nearest modelled release; prints a Markdown report; exit 0 "
-        "nothing modelled changed, 1 behaviour changed, 2 an invariant broken (or bad "
-        "input: one error line, no report)")
+        ".tar.gz) against its nearest modelled release; prints a Markdown report and "
+        "writes each shrunk scenario as a replayable file under OUT/pr-check/ (--out); "
+        "exit 0 nothing modelled changed, 1 behaviour changed, no invariant broken, 2 bad "
+        "input (one error line, no report), 3 a changed behaviour breaks an invariant")
     pr.add_argument("--vllm-source", type=Path, metavar="PATH", help="the tree to check")
     pr.add_argument("--base", default=None, help="check against this modelled release "
                     "(default: the nearest, see sim/crosscheck/README.md)")
@@ -436,13 +437,13 @@ def main(argv: list[str] | None = None) -> int:
 def pr_check(args: argparse.Namespace) -> int:
     """``--vllm-source``: the PR check (see ``prcheck.py``); bad input -> one line, 2."""
     from sim.crosscheck.client import HarnessError
-    from sim.crosscheck.prcheck import CORPUS, check_tree
+    from sim.crosscheck.prcheck import CORPUS, EXIT_BAD_INPUT, check_tree, write_scenarios
     from sim.crosscheck.prreport import render
     from sim.crosscheck.tree import TreeError, find_package
 
     if args.examples < 0 or args.examples > 1_000_000:
         print(f"error: --examples: {args.examples} is not in 0..1000000", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     corpus = None if args.no_corpus else [Path(p) for p in args.scenarios or CORPUS]
     import tempfile
 
@@ -454,7 +455,7 @@ def pr_check(args: argparse.Namespace) -> int:
                                 corpus=corpus, base=args.base)
     except TreeError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except HarnessError as e:
         # the exception the harness died of (the last "...Error: ..." line of its log)
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
@@ -462,7 +463,10 @@ def pr_check(args: argparse.Namespace) -> int:
         why = (errors or lines or ["the harness failed"])[-1][:300]
         print(f"error: --vllm-source: the tree's files do not run on the release's "
               f"environment: {why}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    files = write_scenarios(result, args.out / "pr-check")
+    if files:
+        _say(f"{len(files)} scenario file(s) under {args.out / 'pr-check'}")
     text = render(result)
     if args.report is not None:
         args.report.parent.mkdir(parents=True, exist_ok=True)
