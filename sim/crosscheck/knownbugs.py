@@ -29,12 +29,12 @@ BUGS_DIR = ROOT / "bench" / "known_bugs"
 # (name, what, first release with the fix, first release without the code path)
 NEEDS_RELEASE = [
     ("mamba-all-unrounded", 'vLLM #51094 reverted: mamba_cache_mode="all" not rounded '
-     "(fixed in 0.28.0)", "0.28.0", "0.33.0"),
+     "(fixed in 0.28.0)", "0.28.0", "0.32.0"),
 ]
-# why a release from the last field on cannot host the bug
+# why a release from the last field on cannot host the bug (docs/releases.md § #51094)
 GONE_BECAUSE = {
-    "mamba-all-unrounded": 'vLLM 0.33.0 has no mode "all" (vllm/config/cache.py:176: '
-                           'MambaCacheMode is "align" or "none")',
+    "mamba-all-unrounded": 'vLLM 0.32.0 dropped mode "all" (vllm/config/cache.py:63 of '
+                           '0.32.0: MambaCacheMode is "align" or "none")',
 }
 
 
