@@ -32,10 +32,11 @@ from dataclasses import dataclass, replace
 
 import z3
 
+from proofs.assume import Together, Use, assume, shape
 from proofs.encoding import NEXT_ALL as ALL
 from proofs.encoding import NEXT_NONE as NONE
 from proofs.encoding import NEXT_SW as SW
-from proofs.lemmas import Turn, fact
+from proofs.lemmas import Turn, use
 
 
 @dataclass(frozen=True)
@@ -91,23 +92,25 @@ def _in(lp: Loop, g: z3.ArithRef) -> z3.BoolRef:
     return z3.And(0 <= g, g < lp.n)
 
 
-def group_facts(lp: Loop, g: z3.ArithRef, ys: list[z3.ArithRef]) -> list[z3.BoolRef]:
-    """What holds of every group, used at group ``g`` (and its OK facts at ``ys``)."""
-    out = [z3.Implies(_in(lp, g), z3.And(fact("block-positive", lp.obs(g)), fact(
-        "cap-on-block", lp.cap(g), lambda y: lp.mul(g, y))))]
+def group_facts(lp: Loop, g: z3.ArithRef, ys: list[z3.ArithRef]) -> list[Use | Together]:
+    """What holds of every group, used at group ``g`` (and its OK facts at ``ys``): lemma
+    uses, made facts by ``proofs.assume.assume``."""
+    out: list[Use | Together] = [Together((use("block-positive", lp.obs(g)), use(
+        "cap-on-block", lp.cap(g), lambda y: lp.mul(g, y))), _in(lp, g))]
     full = z3.And(0 <= g, g < lp.f)
     for a in ys:
         for b in ys:
             if a is not b:
-                out.append(z3.Implies(full, fact("down", a, b, lp.ok(g, a), lp.ok(g, b))))
+                out.append(use("down", a, b, lp.ok(g, a), lp.ok(g, b), when=full))
     if lp.candidate is not None:
-        out.append(z3.Implies(_in(lp, g), fact("valid-bounds", lp.candidate, lp.nc,
-                                               lp.obs(g), lp.cap(g))))
+        out.append(use("valid-bounds", lp.candidate, lp.nc, lp.obs(g), lp.cap(g),
+                       when=_in(lp, g)))
     return out
 
 
-def turn(lp: Loop, s: St, tag: str) -> tuple[St, list[z3.BoolRef]]:
-    """The turn of group ``s.k`` (scheduler.py:486-580), its lookup known by its lemmas."""
+def turn(lp: Loop, s: St, tag: str) -> tuple[St, list[Use | Together]]:
+    """The turn of group ``s.k`` (scheduler.py:486-580), its lookup known by its lemmas
+    (their uses: ``proofs.assume.assume`` makes the facts)."""
     g = s.k
     deferred = z3.BoolVal(False) if lp.quiet else z3.Bool(f"{tag}_deferred")
     no_hit, cut = z3.Bool(f"{tag}_no_hit"), z3.Int(f"{tag}_cut")
@@ -115,10 +118,10 @@ def turn(lp: Loop, s: St, tag: str) -> tuple[St, list[z3.BoolRef]]:
     too_short = m1 - lp.nc < lp.obs(g)  # scheduler.py:507
     m2 = z3.If(deferred, m1, z3.If(m1 <= cut, m1, cut))  # scheduler.py:556
     t = Turn(m1, too_short, deferred, no_hit, cut, m2)
-    facts = [fact("post", t, lp.ok(g, m2)), fact("no-hit-not-deferred", t),
-             fact("cut-on-block", t.cut, lambda y: lp.mul(g, y))]
+    uses: list[Use | Together] = [use("post", t, lp.ok(g, m2)), use("no-hit-not-deferred", t),
+                                  use("cut-on-block", t.cut, lambda y: lp.mul(g, y))]
     if lp.candidate is not None:
-        facts.append(fact("keeps", t, lp.candidate))
+        uses.append(use("keeps", t, lp.candidate))
     windowed = g >= lp.f
     defer = z3.Or(s.defer, deferred)  # scheduler.py:550
     new_hit = m2 - lp.nc  # scheduler.py:561
@@ -135,7 +138,7 @@ def turn(lp: Loop, s: St, tag: str) -> tuple[St, list[z3.BoolRef]]:
         started=z3.BoolVal(True), ms=s.ms,
         wh=z3.If(m2 == s.m, s.wh, g), wl=g,
     )
-    return after, facts
+    return after, uses
 
 
 def invariant(lp: Loop, s: St, g: z3.ArithRef) -> z3.BoolRef:
@@ -189,19 +192,19 @@ def obligations(maximal: bool, quiet: bool) -> list[tuple[str, list[z3.BoolRef]]
     ``summary``."""
     lp = loop(maximal, quiet)
     g = z3.Int("any_group")  # a fresh group: what is shown at g holds for every group
-    base = [lp.n >= 1, 0 <= lp.f, lp.f <= lp.n, lp.nc >= 0]
+    base = shape(lp.n >= 1, 0 <= lp.f, lp.f <= lp.n, lp.nc >= 0)
     if lp.candidate is not None:
-        base.append(fact("valid-below-m0", lp.candidate, lp.m0))
+        base += assume([use("valid-below-m0", lp.candidate, lp.m0)])
     init = St(z3.IntVal(0), lp.m0, z3.IntVal(0), z3.BoolVal(False), z3.BoolVal(False),
               z3.IntVal(NONE), z3.BoolVal(False), z3.BoolVal(False), lp.m0, z3.IntVal(0),
               z3.IntVal(0))
     s = fresh("s")
-    after, facts = turn(lp, s, "t")
+    after, uses = turn(lp, s, "t")
     m_terms = [s.m, after.m, s.ms]
 
-    def used(*at: z3.ArithRef) -> list[z3.BoolRef]:
-        """The invariant's and the groups' "every group" facts, used at ``at``."""
-        out = []
+    def used(*at: z3.ArithRef) -> list[Use | Together]:
+        """The groups' "every group" facts, used at ``at``."""
+        out: list[Use | Together] = []
         for x in at:
             out += group_facts(lp, x, m_terms)
         return out
@@ -210,23 +213,25 @@ def obligations(maximal: bool, quiet: bool) -> list[tuple[str, list[z3.BoolRef]]
             else z3.BoolVal(True))
     step_goal = z3.Or(z3.And(after.halted, stop), invariant(lp, after, g))
     out = [
-        ("loop: the invariant holds at the start", base + [z3.Not(invariant(lp, init, g))]),
+        ("loop: the invariant holds at the start",
+         base + shape(z3.Not(invariant(lp, init, g)))),
         ("loop: a turn of any group keeps the invariant",
-         base + [invariant(lp, s, g), invariant(lp, s, s.k), invariant(lp, s, s.wh),
-                 s.k < lp.n] + facts + used(g, s.k, s.wh, s.wl) + [z3.Not(step_goal)]),
+         base + shape(invariant(lp, s, g), invariant(lp, s, s.k), invariant(lp, s, s.wh),
+                      s.k < lp.n) + assume(uses + used(g, s.k, s.wh, s.wl))
+         + shape(z3.Not(step_goal))),
     ]
     # a pass ends (k = n): the next pass starts, or the loop stops with the summary
     e = fresh("e")
-    end = base + [invariant(lp, e, g), e.k == lp.n] + used(g, e.wh, e.wl)
+    end = base + shape(invariant(lp, e, g), e.k == lp.n) + assume(used(g, e.wh, e.wl))
     rerun_all = replace(e, k=z3.IntVal(0), looked=z3.BoolVal(False), next=z3.IntVal(NONE),
                         ms=e.m)
     rerun_sw = replace(rerun_all, k=lp.f)
     out += [
         ("loop: the summary when a pass schedules nothing",
-         end + [e.next == NONE, z3.Not(summary(lp, e, g))]),
+         end + shape(e.next == NONE, z3.Not(summary(lp, e, g)))),
         ("loop: a pass of every group follows one that schedules it",
-         end + [e.next == ALL, z3.Not(invariant(lp, rerun_all, g))]),
+         end + shape(e.next == ALL, z3.Not(invariant(lp, rerun_all, g)))),
         ("loop: a pass of the windowed groups follows one that schedules it",
-         end + [e.next == SW, z3.Not(invariant(lp, rerun_sw, g))]),
+         end + shape(e.next == SW, z3.Not(invariant(lp, rerun_sw, g)))),
     ]
     return out

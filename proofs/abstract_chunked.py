@@ -31,10 +31,11 @@ from dataclasses import dataclass, replace
 
 import z3
 
+from proofs.assume import Use, assume, shape
 from proofs.encoding import NEXT_ALL as ALL
 from proofs.encoding import NEXT_NONE as NONE
 from proofs.encoding import NEXT_SW as SW
-from proofs.lemmas_chunked import assumed, fact
+from proofs.lemmas_chunked import assumed, use
 from proofs.turn_chunked import Step
 
 
@@ -95,21 +96,20 @@ def _in(lp: Loop, g: z3.ArithRef) -> z3.BoolRef:
     return z3.And(0 <= g, g < lp.n)
 
 
-def group_facts(lp: Loop, g: z3.ArithRef, ys: Sequence[z3.ArithRef] = ()
-                ) -> list[z3.BoolRef]:
+def group_facts(lp: Loop, g: z3.ArithRef, ys: Sequence[z3.ArithRef] = ()) -> list[Use]:
     """What holds of every group, used at group ``g`` (and, tracking OK, its OK facts at
-    the bounds ``ys``)."""
-    out = [z3.Implies(_in(lp, g), fact("chunk-positive", lp.tpc(g)))]
+    the bounds ``ys``): lemma uses, made facts by ``proofs.assume.assume``."""
+    out = [use("chunk-positive", lp.tpc(g), when=_in(lp, g))]
     if "down" in assumed(lp.reround, lp.rerun, lp.aligned, lp.stored):
         full = z3.And(0 <= g, g < lp.f)
-        out += [z3.Implies(full, fact("down", a, b, lp.ok(g, a), lp.ok(g, b)))
+        out += [use("down", a, b, lp.ok(g, a), lp.ok(g, b), when=full)
                 for a in ys for b in ys if a is not b]
     return out
 
 
-def turn(lp: Loop, s: St, tag: str) -> tuple[St, list[z3.BoolRef], Step]:
+def turn(lp: Loop, s: St, tag: str) -> tuple[St, list[Use], Step]:
     """The turn of group ``s.k`` (scheduler.py:898-1011), its lookup known by its
-    lemmas."""
+    lemmas (their uses: ``proofs.assume.assume`` makes the facts)."""
     g = s.k
     m1, m2 = z3.Int(f"{tag}_m1"), z3.Int(f"{tag}_m2")
     deferred, no_hit = z3.Bool(f"{tag}_deferred"), z3.Bool(f"{tag}_no_hit")
@@ -118,18 +118,18 @@ def turn(lp: Loop, s: St, tag: str) -> tuple[St, list[z3.BoolRef], Step]:
     lowered = z3.And(windowed, z3.Bool(f"{tag}_lowered")) if lp.rerun else z3.BoolVal(False)
     too_short = m1 - lp.nc < lp.tpc(g)  # scheduler.py:921
     t = Step(s.m, m1, too_short, deferred, no_hit, m2, lowered, z3.Bool(f"{tag}_cleared"))
-    facts = []
+    uses: list[Use] = []
     for name in assumed(lp.reround, lp.rerun, lp.aligned, lp.stored):
         if name in ("pre-below", "cut-below", "no-hit-not-deferred", "lowered-below"):
-            facts.append(fact(name, t))
+            uses.append(use(name, t))
         elif name == "cut-on-chunk":
-            facts.append(fact(name, t, lambda y: lp.mul(g, y)))
+            uses.append(use(name, t, lambda y: lp.mul(g, y)))
         elif name == "chunk-in-align":
-            facts.append(fact(name, lp.align_on, lp.mul(g, m2), lp.ma(m2)))
+            uses.append(use(name, lp.align_on, lp.mul(g, m2), lp.ma(m2)))
         elif name == "align-after":
-            facts.append(fact(name, t, lp.align_on, lp.ma(m2)))
+            uses.append(use(name, t, lp.align_on, lp.ma(m2)))
         elif name == "post":
-            facts.append(fact(name, t, lp.ok(g, m2)))
+            uses.append(use(name, t, lp.ok(g, m2)))
     nxt = s.next
     if lp.rerun:  # the completed fix: a window cut by the round-down is looked up again
         nxt = z3.If(z3.And(windowed, lowered, nxt == NONE), z3.IntVal(SW), nxt)
@@ -147,7 +147,7 @@ def turn(lp: Loop, s: St, tag: str) -> tuple[St, list[z3.BoolRef], Step]:
         halted=z3.Or(too_short, no_hit, shrank), started=z3.BoolVal(True), ms=s.ms,
         fresh_all=z3.BoolVal(False), wl=g,
     )
-    return after, facts, t
+    return after, uses, t
 
 
 def _aligned(lp: Loop, s: St) -> z3.BoolRef:
@@ -232,34 +232,35 @@ def obligations(reround: bool, rerun: bool, aligned: bool, stored: bool = False,
     shown at the fresh group ``g`` holds for every group."""
     lp = loop(reround, rerun, aligned, stored, whole)
     g = z3.Int("any_group")
-    base = [lp.n >= 1, 0 <= lp.f, lp.f <= lp.n, lp.nc >= 0]
+    base = shape(lp.n >= 1, 0 <= lp.f, lp.f <= lp.n, lp.nc >= 0)
     if aligned:
-        base.append(fact("initial-aligned", lp.align_on, lp.ma(lp.m0)))
+        base += assume([use("initial-aligned", lp.align_on, lp.ma(lp.m0))])
     init = St(z3.IntVal(0), lp.m0, z3.IntVal(0), z3.BoolVal(False), z3.BoolVal(False),
               z3.IntVal(NONE), z3.BoolVal(False), z3.BoolVal(False), lp.m0,
               z3.BoolVal(False))
     s = fresh("s")
-    after, facts, _ = turn(lp, s, "t")
+    after, uses, _ = turn(lp, s, "t")
     ys = (s.m, after.m)
     step_goal = z3.Or(after.halted, invariant(lp, after, g))
     out = [
         ("loop: the invariant holds at the start",
-         base + [z3.Not(invariant(lp, init, g))]),
+         base + shape(z3.Not(invariant(lp, init, g)))),
         ("loop: a turn of any group keeps the invariant",
-         base + [invariant(lp, s, g), s.k < lp.n] + facts + group_facts(lp, s.k)
-         + group_facts(lp, g, ys) + [z3.Not(step_goal)]),
+         base + shape(invariant(lp, s, g), s.k < lp.n)
+         + assume(uses + group_facts(lp, s.k) + group_facts(lp, g, ys))
+         + shape(z3.Not(step_goal))),
     ]
     e = fresh("e")
-    end = base + [invariant(lp, e, g), e.k == lp.n]
+    end = base + shape(invariant(lp, e, g), e.k == lp.n)
     rerun_all = replace(e, k=z3.IntVal(0), looked=z3.BoolVal(False), next=z3.IntVal(NONE),
                         ms=e.m, fresh_all=z3.BoolVal(True))
     rerun_sw = replace(rerun_all, k=lp.f, fresh_all=z3.BoolVal(False))
     out += [
         ("loop: the summary when a pass schedules nothing",
-         end + [e.next == NONE, z3.Not(summary(lp, e, g))]),
+         end + shape(e.next == NONE, z3.Not(summary(lp, e, g)))),
         ("loop: a pass of every group follows one that schedules it",
-         end + [e.next == ALL, z3.Not(invariant(lp, rerun_all, g))]),
+         end + shape(e.next == ALL, z3.Not(invariant(lp, rerun_all, g)))),
         ("loop: a pass of the windowed groups follows one that schedules it",
-         end + [e.next == SW, z3.Not(invariant(lp, rerun_sw, g))]),
+         end + shape(e.next == SW, z3.Not(invariant(lp, rerun_sw, g)))),
     ]
     return out

@@ -25,7 +25,7 @@ from model.layout import Layout
 from model.maximality import larger_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import Semantics, get_semantics
-from proofs import encoding
+from proofs import assume, encoding, lemmas
 from proofs.abstract import obligations
 from proofs.encoding import (
     FA,
@@ -229,7 +229,11 @@ def proof_queries(
     # rounded (align_at max_hit); alt-round-num-hit rounds the hit itself after the loop
     aligned = thm.aligned and sem.align_at == "max_hit"
     queries = lemma_queries(sem, assumed, maximal)
-    for name, q in obligations(maximal, quiet):
+    loop = obligations(maximal, quiet)
+    # every fact the loop assumes is one of the lemmas above, for every kind
+    proved = {lemmas.WHERE: {n.split()[1] for n, _ in queries if n.startswith("lemma ")}}
+    queries.append((assume.AUDIT, lambda rich: assume.audit_query(loop, proved)))
+    for name, q in loop:
         queries.append((name, partial(_ready, q)))
     if aligned:
         queries += alignment_queries(sem, assumed)

@@ -46,7 +46,7 @@ import z3
 from model.evaluate import evaluate
 from model.scenario import parse_scenario
 from model.semantics import Semantics
-from proofs import tail_layers_chunked, turn_chunked
+from proofs import assume, lemmas_chunked, tail_layers_chunked, turn_chunked
 from proofs.abstract_chunked import obligations
 from proofs.encoding import NEXT_NONE, Enc, State, fresh_state
 from proofs.lemmas_chunked import assumed as loop_assumes
@@ -347,7 +347,10 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
             (turn_chunked.FA,) if name == "down" else turn_chunked.KINDS
         ):  # down: full attention's
             out.append((f"lemma {name} ({kind})", partial(lemma_turn, sem, assumed, name, kind)))
-    for name, q in obligations(sem.reround_mamba, sem.reround_rerun, aligned, stored, whole):
+    loop = obligations(sem.reround_mamba, sem.reround_rerun, aligned, stored, whole)
+    # every fact the loop assumes is one of the lemmas above (down: full attention's)
+    out.append((assume.AUDIT, partial(assume.audit_query, loop, {lemmas_chunked.WHERE: names})))
+    for name, q in loop:
         out.append((name, partial(list, q)))
     if whole:
         for kind in turn_chunked.KINDS:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import z3
 
+from proofs import assume as _assume
+
 
 @dataclass(frozen=True)
 class Turn:
@@ -98,6 +100,18 @@ LEMMAS: dict[str, Lemma] = {
 ASSUMED = tuple(LEMMAS)
 
 
+WHERE = "proofs.lemmas"  # the key proofs.assume knows these definitions by
+_assume.register(WHERE, LEMMAS)
+
+
 def fact(name: str, *args: z3.ExprRef) -> z3.BoolRef:
-    """The fact ``name`` on the given terms (abstract symbols or exact encodings)."""
+    """The fact ``name`` on the given terms (the exact encoding's: a lemma query's
+    claim)."""
     return LEMMAS[name].fact(*args)
+
+
+def use(name: str, *args: object, when: z3.BoolRef | None = None) -> _assume.Use:
+    """The abstract loop's use of lemma ``name`` on ``args`` (``proofs.assume``)."""
+    if name not in LEMMAS:
+        raise KeyError(f"lemma {name!r}: not defined in {WHERE}")
+    return _assume.Use(WHERE, name, args, when)

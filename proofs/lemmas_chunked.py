@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import z3
 
+from proofs import assume as _assume
 from proofs.turn_chunked import Step
 
 
@@ -108,9 +109,20 @@ LEMMAS: dict[str, Lemma] = {
 }
 
 
+WHERE = "proofs.lemmas_chunked"  # the key proofs.assume knows these definitions by
+_assume.register(WHERE, LEMMAS)
+
+
 def fact(name: str, *args: object) -> z3.BoolRef:
-    """The fact ``name`` on the given terms (abstract symbols or the exact turn's)."""
+    """The fact ``name`` on the given terms (the exact turn's: a lemma query's claim)."""
     return LEMMAS[name].fact(*args)
+
+
+def use(name: str, *args: object, when: z3.BoolRef | None = None) -> _assume.Use:
+    """The abstract loop's use of lemma ``name`` on ``args`` (``proofs.assume``)."""
+    if name not in LEMMAS:
+        raise KeyError(f"lemma {name!r}: not defined in {WHERE}")
+    return _assume.Use(WHERE, name, args, when)
 
 
 def assumed(reround: bool, rerun: bool, aligned: bool, stored: bool = False

@@ -53,7 +53,9 @@ from model.evaluate import evaluate
 from model.maximality_chunked import is_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import Semantics
-from proofs import abstract_chunked, layers_chunked, turn_chunked
+from proofs import abstract_chunked, layers_chunked, lemmas_chunked, turn_chunked
+from proofs import assume as _assume
+from proofs.assume import assume, shape
 from proofs.encoding import NEXT_ALL, NEXT_NONE, NEXT_SW, Enc, State, Store, fresh_state, zmax
 from proofs.lemmas_chunked import Lemma
 from proofs.lemmas_chunked import assumed as loop_assumes
@@ -209,8 +211,19 @@ LEMMAS: dict[str, Lemma] = {
 }
 
 
+WHERE = "proofs.maximality_layers_chunked"  # the key proofs.assume knows these by
+_assume.register(WHERE, LEMMAS)
+
+
 def fact(name: str, *args: Any) -> z3.BoolRef:
     return LEMMAS[name].fact(*args)
+
+
+def use(name: str, *args: object, when: z3.BoolRef | None = None) -> _assume.Use:
+    """The maximality loop's use of lemma ``name`` on ``args`` (``proofs.assume``)."""
+    if name not in LEMMAS:
+        raise KeyError(f"lemma {name!r}: not defined in {WHERE}")
+    return _assume.Use(WHERE, name, args, when)
 
 
 def assumed() -> tuple[str, ...]:
@@ -338,7 +351,9 @@ def obligations(reround: bool, rerun: bool) -> list[tuple[str, list[z3.BoolRef]]
     that schedules nothing ends with a deferral or ``m >= c``."""
     lp = abstract_chunked.loop(reround, rerun, False)
     c = z3.Int("valid_end")  # num_computed_tokens + a valid hit
-    base = [lp.n >= 1, 0 <= lp.f, lp.f <= lp.n, lp.nc >= 0, fact("valid-below-m0", c, lp.m0)]
+    base = shape(lp.n >= 1, 0 <= lp.f, lp.f <= lp.n, lp.nc >= 0) + assume(
+        [use("valid-below-m0", c, lp.m0)]
+    )
 
     def inv(s: abstract_chunked.St) -> z3.BoolRef:
         return z3.And(abstract_chunked.invariant(lp, s), s.m >= c)
@@ -356,25 +371,23 @@ def obligations(reround: bool, rerun: bool) -> list[tuple[str, list[z3.BoolRef]]
         z3.BoolVal(False),
     )
     s = abstract_chunked.fresh("s")
-    after, facts, t = abstract_chunked.turn(lp, s, "t")
+    after, uses, t = abstract_chunked.turn(lp, s, "t")
     mine = [
-        fact("keeps", t, c),
-        z3.Implies(_in(lp, s.k), fact("valid-covers-chunk", c, lp.nc, lp.tpc(s.k))),
+        use("keeps", t, c),
+        use("valid-covers-chunk", c, lp.nc, lp.tpc(s.k), when=_in(lp, s.k)),
     ]
     out = [
-        ("maximality loop: the invariant holds at the start", base + [z3.Not(inv(init))]),
+        ("maximality loop: the invariant holds at the start", base + shape(z3.Not(inv(init)))),
         (
             "maximality loop: a turn of any group keeps the invariant and goes on",
             base
-            + [inv(s), s.k < lp.n]
-            + facts
-            + abstract_chunked.group_facts(lp, s.k)
-            + mine
-            + [z3.Not(z3.And(z3.Not(after.halted), inv(after)))],
+            + shape(inv(s), s.k < lp.n)
+            + assume(uses + abstract_chunked.group_facts(lp, s.k) + mine)
+            + shape(z3.Not(z3.And(z3.Not(after.halted), inv(after)))),
         ),
     ]
     e = abstract_chunked.fresh("e")
-    end = base + [inv(e), e.k == lp.n]
+    end = base + shape(inv(e), e.k == lp.n)
     rerun_all = replace(
         e,
         k=z3.IntVal(0),
@@ -388,15 +401,15 @@ def obligations(reround: bool, rerun: bool) -> list[tuple[str, list[z3.BoolRef]]
     out += [
         (
             "maximality loop: a pass that schedules nothing ends at or above the valid hit",
-            end + [e.next == NEXT_NONE, z3.Not(done)],
+            end + shape(e.next == NEXT_NONE, z3.Not(done)),
         ),
         (
             "maximality loop: a pass of every group follows one that schedules it",
-            end + [e.next == NEXT_ALL, z3.Not(inv(rerun_all))],
+            end + shape(e.next == NEXT_ALL, z3.Not(inv(rerun_all))),
         ),
         (
             "maximality loop: a pass of the windowed groups follows one that schedules it",
-            end + [e.next == NEXT_SW, z3.Not(inv(rerun_sw))],
+            end + shape(e.next == NEXT_SW, z3.Not(inv(rerun_sw))),
         ),
     ]
     return out
@@ -470,7 +483,13 @@ def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[layers_chunked.Que
                         partial(lemma_query, sem, pre, name, kind, align=align),
                     )
                 )
-    for name, q in obligations(sem.reround_mamba, sem.reround_rerun):
+    loop = obligations(sem.reround_mamba, sem.reround_rerun)
+    proved = {
+        lemmas_chunked.WHERE: loop_assumes(sem.reround_mamba, sem.reround_rerun, False),
+        WHERE: assumed(),
+    }
+    out.append((_assume.AUDIT, partial(_assume.audit_query, loop, proved)))
+    for name, q in loop:
         out.append((name, partial(list, q)))
     out.append(
         ("maximality: the answer from the loop's end", partial(final_query, pre, turn_chunked.FA))

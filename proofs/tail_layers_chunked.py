@@ -59,6 +59,8 @@ from model.evaluate import evaluate
 from model.scenario import parse_scenario
 from model.semantics import Semantics
 from proofs import abstract_chunked, tail_chunked, turn_chunked
+from proofs import assume as _assume
+from proofs.assume import assume, shape
 from proofs.encoding import Enc, State, Store, fresh_state
 from proofs.witness import Witness
 
@@ -169,8 +171,19 @@ LEMMAS: dict[str, Lemma] = {
 STORED_ONLY = ("bridge-ready", "confirmed-hits")  # asked for loads-stored-only only
 
 
+WHERE = "proofs.tail_layers_chunked"  # the key proofs.assume knows these definitions by
+_assume.register(WHERE, LEMMAS)
+
+
 def fact(name: str, *args: object) -> z3.BoolRef:
     return LEMMAS[name].fact(*args)
+
+
+def use(name: str, *args: object) -> _assume.Use:
+    """A loop's use of lemma ``name`` on ``args`` (``proofs.assume``)."""
+    if name not in LEMMAS:
+        raise KeyError(f"lemma {name!r}: not defined in {WHERE}")
+    return _assume.Use(WHERE, name, args)
 
 
 def _finish(enc: Enc, cons: list[z3.BoolRef]) -> list[z3.BoolRef]:
@@ -281,16 +294,25 @@ def bridge_obligations(stored: bool = False) -> list[tuple[str, list[z3.BoolRef]
     def inv(st: tail_chunked.Bridge) -> z3.BoolRef:
         return z3.Implies(st.missed, check)
 
-    base = [n >= 1, 0 <= k, k < n]
+    base = shape(n >= 1, 0 <= k, k < n)
     out = [
-        ("bridge loops: the invariant holds at the start", [z3.Not(inv(tail_chunked.NO_BRIDGE))]),
+        (
+            "bridge loops: the invariant holds at the start",
+            shape(z3.Not(inv(tail_chunked.NO_BRIDGE))),
+        ),
         (
             "bridge loops: a scan turn of any group keeps it",
-            base + [inv(s), fact("bridge-scan-keeps-missed", s, t), z3.Not(inv(t))],
+            base
+            + shape(inv(s))
+            + assume([use("bridge-scan-keeps-missed", s, t)])
+            + shape(z3.Not(inv(t))),
         ),
         (
             "bridge loops: a lookup turn of any group keeps it",
-            base + [inv(s), fact("bridge-miss-checked", s, t, check), z3.Not(inv(t))],
+            base
+            + shape(inv(s))
+            + assume([use("bridge-miss-checked", s, t, check)])
+            + shape(z3.Not(inv(t))),
         ),
     ]
     if not stored:
@@ -307,15 +329,18 @@ def bridge_obligations(stored: bool = False) -> list[tuple[str, list[z3.BoolRef]
     return out + [
         (
             "bridge loops: the readiness holds when the lookups start (any scan state)",
-            [z3.Not(ready(s, z3.IntVal(0)))],
+            shape(z3.Not(ready(s, z3.IntVal(0)))),
         ),
         (
             "bridge loops: a lookup turn of any group keeps the readiness",
-            base + [ready(s, k), fact("bridge-ready", s, t, ok(k)), z3.Not(ready(t, k + 1))],
+            base
+            + shape(ready(s, k))
+            + assume([use("bridge-ready", s, t, ok(k))])
+            + shape(z3.Not(ready(t, k + 1))),
         ),
         (
             "bridge loops: the readiness at the end",
-            [
+            shape(
                 n >= 1,
                 ready(s, n),
                 0 <= h,
@@ -323,7 +348,7 @@ def bridge_obligations(stored: bool = False) -> list[tuple[str, list[z3.BoolRef]
                 z3.Not(s.missed),
                 z3.Not(s.pending),
                 z3.Not(ok(h)),
-            ],
+            ),
         ),
     ]
 
@@ -357,22 +382,17 @@ def key_obligations() -> list[tuple[str, list[z3.BoolRef]]]:
     return [
         (
             "keys: the invariant holds at the start",
-            [n >= 1, z3.Not(inv(tail_chunked.Keys(z3.BoolVal(False), p0), z3.IntVal(0)))],
+            shape(n >= 1, z3.Not(inv(tail_chunked.Keys(z3.BoolVal(False), p0), z3.IntVal(0)))),
         ),
         (
             "keys: a turn of any group keeps it",
-            [
-                n >= 1,
-                0 <= k,
-                k < n,
-                inv(s, k),
-                fact("key-ready", s, t, ok(k)),
-                z3.Not(inv(t, k + 1)),
-            ],
+            shape(n >= 1, 0 <= k, k < n, inv(s, k))
+            + assume([use("key-ready", s, t, ok(k))])
+            + shape(z3.Not(inv(t, k + 1))),
         ),
         (
             "keys: the summary when every group has had its turn",
-            [n >= 1, inv(s, n), 0 <= h, h < n, z3.Not(key_summary(hit, p0, ok(h)))],
+            shape(n >= 1, inv(s, n), 0 <= h, h < n, z3.Not(key_summary(hit, p0, ok(h)))),
         ),
     ]
 
@@ -799,7 +819,11 @@ def proof_queries(
                         )
                 continue
             out.append((f"tail lemma {name} ({kind})", partial(lemma_query, name, kind)))
-    for name, q in bridge_obligations(stored) + key_obligations() + scan_obligations():
+    loops = bridge_obligations(stored) + key_obligations()
+    # every fact the bridge and key loops assume is one of the tail lemmas above
+    proved = {WHERE: [n for n in LEMMAS if stored or n not in STORED_ONLY]}
+    out.append((_assume.AUDIT, partial(_assume.audit_query, loops, proved)))
+    for name, q in loops + scan_obligations():
         out.append((name, partial(list, q)))
     for kind in (tail_chunked.FA, tail_chunked.MAMBA):
         out.append(
