@@ -46,7 +46,7 @@ import z3
 from model.evaluate import evaluate
 from model.scenario import parse_scenario
 from model.semantics import Semantics
-from proofs import assume, lemmas_chunked, tail_layers_chunked, turn_chunked
+from proofs import assume, lemmas_chunked, pinned_chunked, tail_layers_chunked, turn_chunked
 from proofs.abstract_chunked import obligations
 from proofs.encoding import NEXT_NONE, Enc, State, fresh_state
 from proofs.lemmas_chunked import assumed as loop_assumes
@@ -338,7 +338,9 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
         return maximality_layers_chunked.proof_queries(sem, assumed)
     aligned, stored, whole = _aligned(thm), _stored(thm), _whole(thm)
     names = loop_assumes(sem.reround_mamba, sem.reround_rerun, aligned, stored)
-    out: list[Query] = list(ARITHMETIC) if stored else []
+    # the per-group environment and start-up admit accepted layouts (proofs.pinned_chunked)
+    out: list[Query] = [(pinned_chunked.NAME, partial(pinned_chunked.query, sem.name))]
+    out += list(ARITHMETIC) if stored else []
     for name in names:
         if name == "initial-aligned":
             out.append((f"lemma {name}", partial(lemma_initial, assumed, sem.steps)))

@@ -53,7 +53,7 @@ from model.evaluate import evaluate
 from model.maximality_chunked import is_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import Semantics
-from proofs import abstract_chunked, layers_chunked, lemmas_chunked, turn_chunked
+from proofs import abstract_chunked, layers_chunked, lemmas_chunked, pinned_chunked, turn_chunked
 from proofs import assume as _assume
 from proofs.assume import assume, shape
 from proofs.encoding import NEXT_ALL, NEXT_NONE, NEXT_SW, Enc, State, Store, fresh_state, zmax
@@ -460,7 +460,8 @@ def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[layers_chunked.Que
     (``proofs.lemmas_chunked``, without the align size), the maximality lemmas for every
     kind, the loop obligations and the answer."""
     out: list[layers_chunked.Query] = [
-        ("lemma monotone: x <= y and b >= 1 give x * b <= y * b", monotone_lemma)
+        (pinned_chunked.NAME, partial(pinned_chunked.query, sem.name)),
+        ("lemma monotone: x <= y and b >= 1 give x * b <= y * b", monotone_lemma),
     ]
     base = _base_assumed(pre)
     for name in loop_assumes(sem.reround_mamba, sem.reround_rerun, False):
