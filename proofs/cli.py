@@ -1,4 +1,5 @@
 """``python -m proofs [--semantics NAME ...] [--theorem NAME ...] [--timeout S] [--jobs N]``
+(``--sabotage [NAME ...]``: the sabotage suite, proofs/sabotage.py)
 
 Checks every theorem against every semantics, prints a line per pair as it goes and a
 verdict line (``PASS: ...`` or ``FAIL: ...``), and exits 0 only if every result matches
@@ -73,7 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", help=argparse.SUPPRESS)
     p.add_argument("--mutants", "--mutant", "--all-checks", nargs="*", dest="moved",
                    help=argparse.SUPPRESS)
+    p.add_argument("--sabotage", nargs="*", metavar="NAME",
+                   help="apply each one-line sabotage of the glue and model/ (proofs/"
+                   "sabotage.py; NAME: those whose name contains it) in a copy and check "
+                   "that it turns python -m proofs red")
     args = p.parse_args(argv)
+    if args.sabotage is not None:
+        from proofs import sabotage
+
+        return sabotage.main(args.sabotage, args.jobs, min(args.timeout, 120.0))
     if args.report is not None:
         p.error("argument --report: the report and spec are written by "
                 "python -m publish --report DIR")
