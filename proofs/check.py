@@ -1029,6 +1029,35 @@ def counterexample(
     return Verdict("COUNTEREXAMPLE", time.monotonic() - t0, scen)
 
 
+# at most this long for the layered proof of a statement with a counterexample: it must
+# not prove it (out of time or unknown is a failure to prove, as it should be)
+REFUTED_LAYERED_MS = 20_000
+
+
+def layered_proves_false(
+    thm_name: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
+) -> str | None:
+    """For a statement the bounded search refuted (a necessity row, or a row over the
+    layouts the release accepts expected to fail): why the layered proof is vacuous when
+    it proves it anyway, over every layout (its complete-chunk proof and, where it covers
+    the theorem, its partial-tail proof), else None. Issue 23: a vacuous layered proof
+    cannot pass unnoticed."""
+    from proofs import layers_chunked, tail_layers_chunked
+
+    if not layers_chunked.covers(thm_name, assumed):
+        return None
+    budget = min(timeout_ms // 2, REFUTED_LAYERED_MS)
+    status, _, _ = layers_chunked.prove(thm_name, sem, assumed, budget)
+    if status != "PROVED":
+        return None
+    if not tail_layers_chunked.covers(thm_name):
+        return None  # the counterexample may have partial tails on
+    if tail_layers_chunked.prove(thm_name, budget, sem, assumed)[0] != "PROVED":
+        return None  # likewise
+    return (f"the layered proof (proofs/layers_chunked.py) proves {thm_name} under "
+            f"{', '.join(assumed) or 'no precondition'}, which has a counterexample: vacuous")
+
+
 def check(
     thm_name: str,
     sem_name: str,
@@ -1058,6 +1087,11 @@ def check(
             if v is not None:
                 return v
         chunk_verdict = check_chunked.check(thm_name, sem_name, assumed, timeout_ms)
+        if search_first and chunk_verdict.status == "COUNTEREXAMPLE":
+            vacuous = layered_proves_false(thm_name, sem, assumed, timeout_ms)
+            if vacuous is not None:
+                return Verdict("UNKNOWN", chunk_verdict.seconds, chunk_verdict.counterexample,
+                               vacuous)
         return Verdict(
             chunk_verdict.status,
             chunk_verdict.seconds,
