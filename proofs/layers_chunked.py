@@ -240,6 +240,62 @@ def lemma_turn(
     return _finish(x.enc, x.premises + helpers + ([z3.Not(claim)] if negated else []))
 
 
+# premise satisfiability of the lemma queries (issue 23): each lemma's premises (start-up,
+# the request rules, the preconditions, the derived quantities, a turn from any state)
+# hold on a request with a GPU hit of 64 tokens, the group's block (32 tokens, a Mamba
+# group's 16) other than the layout's Mamba block (16) where the preconditions allow
+PIN_COMPUTED, PIN_PROMPT, PIN_GPU, PIN_MAMBA_GPU, PIN_WINDOW = 64, 200, 32, 16, 64
+_PREMISES: dict[tuple[object, ...], bool] = {}
+
+
+def _premise_pin(kind: str, mamba: bool) -> Pin:
+    def pin(cfg: turn_chunked.Cfg, st: State, t: turn_chunked.Step) -> list[z3.BoolRef]:
+        env = turn_chunked.symbolic_env()
+        out = [cfg.computed == PIN_COMPUTED, cfg.prompt == PIN_PROMPT, cfg.bpc == 1,
+               cfg.prefix_caching, env.has_mamba == mamba, env.mamba_gpu == PIN_MAMBA_GPU,
+               cfg.gpu[0] == (PIN_MAMBA_GPU if kind == turn_chunked.MAMBA else PIN_GPU)]
+        return out + [w == PIN_WINDOW for w in cfg.window if w is not None]
+
+    return pin
+
+
+def lemma_premises_hold(sem: Semantics, assumed: Sequence[str], name: str, kind: str) -> bool:
+    """Whether lemma ``name``'s query about a group of ``kind`` has satisfiable premises on
+    the pinned request (``PIN_*``): with a Mamba group elsewhere in the layout unless
+    same-block-size is assumed (it makes every chunk the Mamba one)."""
+    key = (sem.name, sem.reround_mamba, sem.reround_rerun, sem.steps, tuple(sorted(assumed)),
+           name, kind)
+    if key not in _PREMISES:
+        mamba = kind == turn_chunked.MAMBA or "same-block-size" not in assumed
+        q = lemma_turn(sem, assumed, name, kind, _premise_pin(kind, mamba), negated=False)
+        s = z3.Solver()
+        s.set("timeout", 20_000)
+        s.add(*q)
+        _PREMISES[key] = s.check() == z3.sat
+    return _PREMISES[key]
+
+
+PREMISES = ("premises: every lemma query's premises hold on a request with a GPU hit and "
+            "the group's block other than the Mamba block")
+
+
+def premises_query(sem: Semantics, assumed: Sequence[str], names: Sequence[str]
+                   ) -> list[z3.BoolRef]:
+    """``lemma_premises_hold`` for every lemma of ``names`` (on the turn) and kind, as a
+    query named ``PREMISES``: unsatisfiable exactly when all hold; a failure is printed."""
+    import sys
+
+    for name in names:
+        if name == "initial-aligned":
+            continue  # about the initial bound, not a turn: the witness covers it
+        for kind in (turn_chunked.FA,) if name == "down" else turn_chunked.KINDS:
+            if not lemma_premises_hold(sem, assumed, name, kind):
+                print(f"{PREMISES}: FAILED: lemma {name} ({kind}) on {sem.name}",
+                      file=sys.stderr, flush=True)
+                return [z3.BoolVal(True)]
+    return [z3.BoolVal(False)]
+
+
 def lemma_initial(assumed: Sequence[str], steps: ChunkSteps = turn_chunked.STOCK
                   ) -> list[z3.BoolRef]:
     """initial-aligned, on the exact initial max hit of an unknown layout."""
@@ -349,6 +405,7 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
             (turn_chunked.FA,) if name == "down" else turn_chunked.KINDS
         ):  # down: full attention's
             out.append((f"lemma {name} ({kind})", partial(lemma_turn, sem, assumed, name, kind)))
+    out.append((PREMISES, partial(premises_query, sem, assumed, names)))
     loop = obligations(sem.reround_mamba, sem.reround_rerun, aligned, stored, whole)
     # every fact the loop assumes is one of the lemmas above (down: full attention's)
     out.append((assume.AUDIT, partial(assume.audit_query, loop, {lemmas_chunked.WHERE: names})))

@@ -134,8 +134,6 @@ SABOTAGES: tuple[Sabotage, ...] = (
         '    helpers = division_facts(x.enc, t.ends) if name == "post" else []\n',
         '    helpers = division_facts(x.enc, t.ends) if name == "post" else [x.cfg.bpc < 1]\n',
         "termination", _newest,
-        uncaught="premise satisfiability is asked of the loop queries (proofs.assume) and "
-        "of the whole run (the witness), not yet of each lemma query (issue 23, item 3)",
     ),
     Sabotage(
         "a guard dropped from down (assumed for windowed groups, proved for full attention)",
