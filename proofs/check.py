@@ -228,11 +228,14 @@ def proof_queries(
     # the cut "the hit ends on a Mamba alignment boundary" holds where the max hit is
     # rounded (align_at max_hit); alt-round-num-hit rounds the hit itself after the loop
     aligned = thm.aligned and sem.align_at == "max_hit"
-    queries = lemma_queries(sem, assumed, maximal)
+    lemma_qs = lemma_queries(sem, assumed, maximal)
     loop = obligations(maximal, quiet)
-    # every fact the loop assumes is one of the lemmas above, for every kind
-    proved = {lemmas.WHERE: {n.split()[1] for n, _ in queries if n.startswith("lemma ")}}
-    queries.append((assume.AUDIT, lambda rich: assume.audit_query(loop, proved)))
+    # every fact the loop assumes is one of the lemmas below, for every kind (asked first:
+    # it is cheap)
+    proved = {lemmas.WHERE: {n.split()[1] for n, _ in lemma_qs if n.startswith("lemma ")}}
+    queries: list[tuple[str, Callable[[bool], list[z3.BoolRef]]]] = [
+        (assume.AUDIT, lambda rich: assume.audit_query(loop, proved))]
+    queries += lemma_qs
     for name, q in loop:
         queries.append((name, partial(_ready, q)))
     if aligned:

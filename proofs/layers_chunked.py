@@ -396,6 +396,10 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
     names = loop_assumes(sem.reround_mamba, sem.reround_rerun, aligned, stored)
     # the per-group environment and start-up admit accepted layouts (proofs.pinned_chunked)
     out: list[Query] = [(pinned_chunked.NAME, partial(pinned_chunked.query, sem.name))]
+    loop = obligations(sem.reround_mamba, sem.reround_rerun, aligned, stored, whole)
+    # every fact the loop assumes is one of the lemmas below (down: full attention's);
+    # asked first: it is cheap
+    out.append((assume.AUDIT, partial(assume.audit_query, loop, {lemmas_chunked.WHERE: names})))
     out += list(ARITHMETIC) if stored else []
     for name in names:
         if name == "initial-aligned":
@@ -406,9 +410,6 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
         ):  # down: full attention's
             out.append((f"lemma {name} ({kind})", partial(lemma_turn, sem, assumed, name, kind)))
     out.append((PREMISES, partial(premises_query, sem, assumed, names)))
-    loop = obligations(sem.reround_mamba, sem.reround_rerun, aligned, stored, whole)
-    # every fact the loop assumes is one of the lemmas above (down: full attention's)
-    out.append((assume.AUDIT, partial(assume.audit_query, loop, {lemmas_chunked.WHERE: names})))
     for name, q in loop:
         out.append((name, partial(list, q)))
     if whole:

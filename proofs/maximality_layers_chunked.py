@@ -459,8 +459,15 @@ def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[layers_chunked.Que
     """Every query of the layered maximality proof: the loop's own lemmas
     (``proofs.lemmas_chunked``, without the align size), the maximality lemmas for every
     kind, the loop obligations and the answer."""
+    loop = obligations(sem.reround_mamba, sem.reround_rerun)
+    # every fact the loop assumes is one of the lemmas below (asked first: it is cheap)
+    proved = {
+        lemmas_chunked.WHERE: loop_assumes(sem.reround_mamba, sem.reround_rerun, False),
+        WHERE: assumed(),
+    }
     out: list[layers_chunked.Query] = [
         (pinned_chunked.NAME, partial(pinned_chunked.query, sem.name)),
+        (_assume.AUDIT, partial(_assume.audit_query, loop, proved)),
         ("lemma monotone: x <= y and b >= 1 give x * b <= y * b", monotone_lemma),
     ]
     base = _base_assumed(pre)
@@ -484,12 +491,6 @@ def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[layers_chunked.Que
                         partial(lemma_query, sem, pre, name, kind, align=align),
                     )
                 )
-    loop = obligations(sem.reround_mamba, sem.reround_rerun)
-    proved = {
-        lemmas_chunked.WHERE: loop_assumes(sem.reround_mamba, sem.reround_rerun, False),
-        WHERE: assumed(),
-    }
-    out.append((_assume.AUDIT, partial(_assume.audit_query, loop, proved)))
     for name, q in loop:
         out.append((name, partial(list, q)))
     out.append(
