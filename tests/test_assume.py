@@ -1,0 +1,108 @@
+"""Issue 23: facts enter the abstract loops only through ``proofs.assume`` (the audit
+names any other), and the per-group environment and start-up are pinned to layouts
+model/ accepts (``proofs.pinned_chunked``)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import z3
+
+import releases
+from proofs import (
+    abstract,
+    abstract_chunked,
+    assume,
+    lemmas,
+    lemmas_chunked,
+    maximality_layers_chunked,
+    pinned_chunked,
+    turn_chunked,
+)
+from proofs.encoding import Enc
+
+ALL_CHUNKED = {lemmas_chunked.WHERE: tuple(lemmas_chunked.LEMMAS)}
+
+
+@pytest.mark.parametrize("flags", list(itertools.product((False, True), repeat=5)))
+def test_chunked_loop_passes_the_audit(flags: tuple[bool, ...]) -> None:
+    reround, rerun, aligned, stored, whole = flags
+    loop = abstract_chunked.obligations(reround, rerun, aligned, stored, whole)
+    names = lemmas_chunked.assumed(reround, rerun, aligned, stored)
+    assert assume.check(loop, {lemmas_chunked.WHERE: names}) is None
+
+
+@pytest.mark.parametrize("maximal,quiet", list(itertools.product((False, True), repeat=2)))
+def test_older_loop_passes_the_audit(maximal: bool, quiet: bool) -> None:
+    loop = abstract.obligations(maximal, quiet)
+    assert assume.check(loop, {lemmas.WHERE: tuple(lemmas.LEMMAS)}) is None
+
+
+def test_maximality_loop_passes_the_audit() -> None:
+    loop = maximality_layers_chunked.obligations(False, False)
+    proved = dict(ALL_CHUNKED)
+    proved[maximality_layers_chunked.WHERE] = tuple(maximality_layers_chunked.LEMMAS)
+    assert assume.check(loop, proved) is None
+
+
+def test_a_bare_term_is_named() -> None:
+    """Issue 23's example: post's conclusion without its guard, appended directly."""
+    lp = abstract_chunked.loop(False, False, False, True)
+    s = abstract_chunked.fresh("s")
+    after, uses, _ = abstract_chunked.turn(lp, s, "t")
+    q = assume.shape(s.k < lp.n) + assume.assume(uses) + [lp.ok(s.k, after.m)]
+    why = assume.audit(q, ALL_CHUNKED)
+    assert why is not None and why.startswith("a fact not made from a lemma")
+
+
+def test_a_lemma_not_proved_is_named() -> None:
+    lp = abstract_chunked.loop(False, False, False, True)
+    s = abstract_chunked.fresh("s")
+    _, uses, _ = abstract_chunked.turn(lp, s, "t")
+    q = assume.assume(uses)
+    why = assume.audit(q, {lemmas_chunked.WHERE: ("pre-below", "cut-below")})
+    assert why is not None and "no query of this proof proves" in why
+
+
+def test_contradictory_premises_are_named() -> None:
+    lp = abstract_chunked.loop(False, False, False, False)
+    loop = [(n, q[:-1] + assume.shape(lp.n < 0) + q[-1:]) for n, q in
+            abstract_chunked.obligations(False, False, False, False)]
+    why = assume.check(loop, ALL_CHUNKED)
+    assert why is not None and "not satisfiable" in why
+
+
+def test_pinned_layouts_hold() -> None:
+    assert pinned_chunked.check(releases.newest().name) is None
+
+
+def test_tightened_startup_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """startup without its prefix-caching guard (every block size equal whenever a Mamba
+    group is there): a pinned layout with different block sizes is excluded."""
+    orig = turn_chunked.startup
+
+    def tight(enc: Enc, cfg: turn_chunked.Cfg) -> z3.BoolRef:
+        return z3.And(orig(enc, cfg), z3.And([x == cfg.gpu[0] for x in cfg.gpu]))
+
+    monkeypatch.setattr(turn_chunked, "startup", tight)
+    monkeypatch.setattr(pinned_chunked, "_DONE", {})
+    why = pinned_chunked.check(releases.newest().name)
+    assert why is not None and "start-up" in why
+
+
+def test_tightened_environment_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """derive with every group's block the Mamba block: excluded."""
+    orig = turn_chunked.derive
+
+    def tight(enc: Enc, cfg: turn_chunked.Cfg,
+              env: turn_chunked.Env | None = None) -> turn_chunked.D:
+        d = orig(enc, cfg, env)
+        if env is not None:
+            enc.add(*[z3.Implies(env.has_mamba, x == env.mamba_gpu) for x in cfg.gpu])
+        return d
+
+    monkeypatch.setattr(turn_chunked, "derive", tight)
+    monkeypatch.setattr(pinned_chunked, "_DONE", {})
+    why = pinned_chunked.check(releases.newest().name)
+    assert why is not None and "environment" in why
