@@ -88,6 +88,13 @@ def fresh(name: str) -> St:
     return St(k, m, num_hit, b[0], b[1], nxt, b[2], b[3], ms, wh, wl)
 
 
+def full_attention(g: z3.ArithRef) -> z3.BoolRef:
+    """Group ``g`` is one of the loop's full-attention groups (where lemma down is
+    proved: ``proofs.assume.audit``)."""
+    f = loop(False, False).f
+    return z3.And(0 <= g, g < f)
+
+
 def _in(lp: Loop, g: z3.ArithRef) -> z3.BoolRef:
     return z3.And(0 <= g, g < lp.n)
 
@@ -101,7 +108,7 @@ def group_facts(lp: Loop, g: z3.ArithRef, ys: list[z3.ArithRef]) -> list[Use | T
     for a in ys:
         for b in ys:
             if a is not b:
-                out.append(use("down", a, b, lp.ok(g, a), lp.ok(g, b), when=full))
+                out.append(use("down", a, b, lp.ok(g, a), lp.ok(g, b), when=full, group=g))
     if lp.candidate is not None:
         out.append(use("valid-bounds", lp.candidate, lp.nc, lp.obs(g), lp.cap(g),
                        when=_in(lp, g)))

@@ -92,6 +92,13 @@ def fresh(name: str) -> St:
     return St(k, m, num_hit, b[0], b[1], nxt, b[2], b[3], ms, b[4], z3.Int(f"{name}_wl"))
 
 
+def full_attention(g: z3.ArithRef) -> z3.BoolRef:
+    """Group ``g`` is one of the loop's full-attention groups (where lemma down is
+    proved: ``proofs.assume.audit``)."""
+    f = loop(False, False, False).f
+    return z3.And(0 <= g, g < f)
+
+
 def _in(lp: Loop, g: z3.ArithRef) -> z3.BoolRef:
     return z3.And(0 <= g, g < lp.n)
 
@@ -102,7 +109,7 @@ def group_facts(lp: Loop, g: z3.ArithRef, ys: Sequence[z3.ArithRef] = ()) -> lis
     out = [use("chunk-positive", lp.tpc(g), when=_in(lp, g))]
     if "down" in assumed(lp.reround, lp.rerun, lp.aligned, lp.stored):
         full = z3.And(0 <= g, g < lp.f)
-        out += [use("down", a, b, lp.ok(g, a), lp.ok(g, b), when=full)
+        out += [use("down", a, b, lp.ok(g, a), lp.ok(g, b), when=full, group=g)
                 for a in ys for b in ys if a is not b]
     return out
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import z3
@@ -45,6 +45,8 @@ class Use:
     name: str
     args: tuple[object, ...]
     when: z3.BoolRef | None = field(default=None)
+    # the group the fact is about, for a lemma proved for some kinds of group only
+    group: z3.ArithRef | None = field(default=None)
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,9 @@ class Together:
 _DEFS: dict[str, Mapping[str, LemmaDef]] = {}
 # every fact ``assume`` made in this process, by Z3 id: the term (kept alive, so that its
 # id is never another term's) and the (module, lemma) pairs it was made from
-_MADE: dict[int, tuple[z3.BoolRef, tuple[tuple[str, str], ...]]] = {}
+_MADE: dict[int, tuple[z3.BoolRef, tuple[Use, ...]]] = {}
+# a lemma proved only for some groups, by (module, lemma): where it is proved, of a group
+Only = Mapping[tuple[str, str], Callable[[z3.ArithRef], z3.BoolRef]]
 # every term ``shape`` marked, by Z3 id (kept alive likewise)
 _SHAPE: dict[int, z3.BoolRef] = {}
 
@@ -78,13 +82,14 @@ def assume(uses: Iterable[Use | Together]) -> list[z3.BoolRef]:
     """The facts of ``uses``, each made from its lemma's definition and recorded. Anything
     else passes through unrecorded, so that ``audit`` names it."""
     out: list[z3.BoolRef] = []
-    src: tuple[tuple[str, str], ...]
+    src: tuple[Use, ...]
     for u in uses:
         if isinstance(u, Use):
-            f, src = _fact(u), ((u.where, u.name),)
+            f, src = _fact(u), (u,)
         elif isinstance(u, Together):
             f = z3.Implies(u.when, z3.And([_fact(v) for v in u.uses]))
-            src = tuple((v.where, v.name) for v in u.uses)
+            src = tuple(replace(v, when=u.when if v.when is None else z3.And(u.when, v.when))
+                        for v in u.uses)
         else:
             out.append(u)  # a stray term: audit reports it
             continue
@@ -102,20 +107,42 @@ def shape(*terms: z3.BoolRef) -> list[z3.BoolRef]:
 
 def made_from(term: z3.BoolRef) -> tuple[tuple[str, str], ...] | None:
     """The (module, lemma) pairs ``term`` was made from by ``assume``, or None."""
+    got = _uses(term)
+    return None if got is None else tuple((u.where, u.name) for u in got)
+
+
+def _uses(term: z3.BoolRef) -> tuple[Use, ...] | None:
     got = _MADE.get(term.get_id())
     return None if got is None or not got[0].eq(term) else got[1]
 
 
-def audit(query: Sequence[z3.BoolRef], proved: Mapping[str, Collection[str]]) -> str | None:
+def _beyond(u: Use, only: Callable[[z3.ArithRef], z3.BoolRef]) -> bool:
+    """Whether use ``u`` may assume its lemma about a group it is not proved for: no
+    group named, no hypothesis, or a hypothesis that admits such a group."""
+    if u.group is None or u.when is None:
+        return True
+    s = z3.Solver()
+    s.set("timeout", 10_000)
+    s.add(u.when, z3.Not(only(u.group)))
+    return bool(s.check() != z3.unsat)
+
+
+def audit(query: Sequence[z3.BoolRef], proved: Mapping[str, Collection[str]],
+          only: Only | None = None) -> str | None:
     """None when every assertion of ``query`` is a fact of lemmas in ``proved`` (by
-    module) or marked by ``shape``; else why not (one line)."""
+    module), each about groups it is proved for (``only``), or marked by ``shape``; else
+    why not (one line)."""
     for a in query:
-        src = made_from(a)
+        src = _uses(a)
         if src is not None:
-            for where, name in src:
-                if name not in proved.get(where, ()):
-                    return (f"assumes lemma {name} ({where}), which no query of this proof "
-                            "proves")
+            for u in src:
+                if u.name not in proved.get(u.where, ()):
+                    return (f"assumes lemma {u.name} ({u.where}), which no query of this "
+                            "proof proves")
+                o = (only or {}).get((u.where, u.name))
+                if o is not None and _beyond(u, o):
+                    return (f"assumes lemma {u.name} ({u.where}) of a group it is not "
+                            "proved for (its hypothesis does not restrict the group)")
             continue
         t = _SHAPE.get(a.get_id())
         if t is None or not t.eq(a):
@@ -143,19 +170,21 @@ _CHECKED: dict[tuple[object, ...], tuple[str | None, object]] = {}
 
 
 def check(
-    queries: Sequence[tuple[str, Sequence[z3.BoolRef]]], proved: Mapping[str, Collection[str]]
+    queries: Sequence[tuple[str, Sequence[z3.BoolRef]]], proved: Mapping[str, Collection[str]],
+    only: Only | None = None,
 ) -> str | None:
     """None when every loop query passes ``audit`` and its premises hold; else the first
     failure, named (once per process for the same queries and lemmas)."""
     key = (
         tuple((name, tuple(a.get_id() for a in q)) for name, q in queries),
         tuple(sorted((k, tuple(sorted(v))) for k, v in proved.items())),
+        tuple(sorted((only or {}).items())),
     )
     if key in _CHECKED:
         return _CHECKED[key][0]
     why = None
     for name, q in queries:
-        why = audit(q, proved)
+        why = audit(q, proved, only)
         if why is not None:
             why = f"{name}: {why}"
             break
@@ -170,11 +199,12 @@ AUDIT = "audit: every fact a loop assumes is a lemma this proof proves, its prem
 
 
 def audit_query(
-    queries: Sequence[tuple[str, Sequence[z3.BoolRef]]], proved: Mapping[str, Collection[str]]
+    queries: Sequence[tuple[str, Sequence[z3.BoolRef]]], proved: Mapping[str, Collection[str]],
+    only: Only | None = None,
 ) -> list[z3.BoolRef]:
     """``check`` as a query of a layered proof (named ``AUDIT``): unsatisfiable exactly
     when it passed; a failure is also printed (stderr), with its reason."""
-    why = check(queries, proved)
+    why = check(queries, proved, only)
     if why is not None:
         print(f"{AUDIT}: FAILED: {why}", file=sys.stderr, flush=True)
     return [z3.BoolVal(why is not None)]

@@ -25,7 +25,7 @@ from model.layout import Layout
 from model.maximality import larger_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import Semantics, get_semantics
-from proofs import assume, encoding, lemmas
+from proofs import abstract, assume, encoding, lemmas
 from proofs.abstract import obligations
 from proofs.encoding import (
     FA,
@@ -233,8 +233,9 @@ def proof_queries(
     # every fact the loop assumes is one of the lemmas below, for every kind (asked first:
     # it is cheap)
     proved = {lemmas.WHERE: {n.split()[1] for n, _ in lemma_qs if n.startswith("lemma ")}}
+    only = {(lemmas.WHERE, "down"): abstract.full_attention}  # full attention's only
     queries: list[tuple[str, Callable[[bool], list[z3.BoolRef]]]] = [
-        (assume.AUDIT, lambda rich: assume.audit_query(loop, proved))]
+        (assume.AUDIT, lambda rich: assume.audit_query(loop, proved, only))]
     queries += lemma_qs
     for name, q in loop:
         queries.append((name, partial(_ready, q)))

@@ -46,7 +46,14 @@ import z3
 from model.evaluate import evaluate
 from model.scenario import parse_scenario
 from model.semantics import Semantics
-from proofs import assume, lemmas_chunked, pinned_chunked, tail_layers_chunked, turn_chunked
+from proofs import (
+    abstract_chunked,
+    assume,
+    lemmas_chunked,
+    pinned_chunked,
+    tail_layers_chunked,
+    turn_chunked,
+)
 from proofs.abstract_chunked import obligations
 from proofs.encoding import NEXT_NONE, Enc, State, fresh_state
 from proofs.lemmas_chunked import assumed as loop_assumes
@@ -399,7 +406,9 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
     loop = obligations(sem.reround_mamba, sem.reround_rerun, aligned, stored, whole)
     # every fact the loop assumes is one of the lemmas below (down: full attention's);
     # asked first: it is cheap
-    out.append((assume.AUDIT, partial(assume.audit_query, loop, {lemmas_chunked.WHERE: names})))
+    only = {(lemmas_chunked.WHERE, "down"): abstract_chunked.full_attention}
+    out.append((assume.AUDIT,
+                partial(assume.audit_query, loop, {lemmas_chunked.WHERE: names}, only)))
     out += list(ARITHMETIC) if stored else []
     for name in names:
         if name == "initial-aligned":

@@ -118,11 +118,13 @@ def fact(name: str, *args: object) -> z3.BoolRef:
     return LEMMAS[name].fact(*args)
 
 
-def use(name: str, *args: object, when: z3.BoolRef | None = None) -> _assume.Use:
-    """The abstract loop's use of lemma ``name`` on ``args`` (``proofs.assume``)."""
+def use(name: str, *args: object, when: z3.BoolRef | None = None,
+        group: z3.ArithRef | None = None) -> _assume.Use:
+    """The abstract loop's use of lemma ``name`` on ``args`` (``proofs.assume``), about
+    ``group`` (for a lemma proved for some kinds of group only)."""
     if name not in LEMMAS:
         raise KeyError(f"lemma {name!r}: not defined in {WHERE}")
-    return _assume.Use(WHERE, name, args, when)
+    return _assume.Use(WHERE, name, args, when, group)
 
 
 def assumed(reround: bool, rerun: bool, aligned: bool, stored: bool = False

@@ -455,6 +455,10 @@ def final_query(pre: Sequence[str], kind: str) -> list[z3.BoolRef]:
     )
 
 
+# lemmas proved for some groups only (proofs.assume.audit): down, full attention's
+ONLY = {(lemmas_chunked.WHERE, "down"): abstract_chunked.full_attention}
+
+
 def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[layers_chunked.Query]:
     """Every query of the layered maximality proof: the loop's own lemmas
     (``proofs.lemmas_chunked``, without the align size), the maximality lemmas for every
@@ -467,7 +471,7 @@ def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[layers_chunked.Que
     }
     out: list[layers_chunked.Query] = [
         (pinned_chunked.NAME, partial(pinned_chunked.query, sem.name)),
-        (_assume.AUDIT, partial(_assume.audit_query, loop, proved)),
+        (_assume.AUDIT, partial(_assume.audit_query, loop, proved, ONLY)),
         ("lemma monotone: x <= y and b >= 1 give x * b <= y * b", monotone_lemma),
     ]
     base = _base_assumed(pre)

@@ -138,11 +138,18 @@ SABOTAGES: tuple[Sabotage, ...] = (
     Sabotage(
         "a guard dropped from down (assumed for windowed groups, proved for full attention)",
         "proofs/abstract_chunked.py",
-        '        out += [use("down", a, b, lp.ok(g, a), lp.ok(g, b), when=full)\n',
-        '        out += [use("down", a, b, lp.ok(g, a), lp.ok(g, b))\n',
+        '        out += [use("down", a, b, lp.ok(g, a), lp.ok(g, b), when=full, group=g)\n',
+        '        out += [use("down", a, b, lp.ok(g, a), lp.ok(g, b), group=g)\n',
         "loads-stored-only", _newest,
-        uncaught="the audit checks which lemma a fact comes from, not the kinds of group "
-        "its hypothesis restricts it to; the stronger assumption still proves the theorem",
+    ),
+    Sabotage(
+        "down assumed of any group, its group unnamed (older family)",
+        "proofs/abstract.py",
+        '                out.append(use("down", a, b, lp.ok(g, a), lp.ok(g, b), when=full, '
+        'group=g))\n',
+        '                out.append(use("down", a, b, lp.ok(g, a), lp.ok(g, b), when=_in(lp, g)))'
+        '\n',
+        "loads-stored-only", _older,
     ),
 )
 

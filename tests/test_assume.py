@@ -106,3 +106,19 @@ def test_tightened_environment_is_caught(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(pinned_chunked, "_DONE", {})
     why = pinned_chunked.check(releases.newest().name)
     assert why is not None and "environment" in why
+
+
+def test_down_beyond_full_attention_is_named() -> None:
+    """down is proved for full-attention groups only: assumed of a group its hypothesis
+    does not restrict to them, the audit names it."""
+    lp = abstract_chunked.loop(False, False, False, True)
+    g, a, b = z3.Int("g"), z3.Int("a"), z3.Int("b")
+    only = {(lemmas_chunked.WHERE, "down"): abstract_chunked.full_attention}
+    ok = assume.assume([lemmas_chunked.use("down", a, b, lp.ok(g, a), lp.ok(g, b),
+                                           when=abstract_chunked.full_attention(g), group=g)])
+    assert assume.audit(ok, ALL_CHUNKED, only) is None
+    for when in (None, z3.And(0 <= g, g < lp.n)):
+        bad = assume.assume([lemmas_chunked.use("down", a, b, lp.ok(g, a), lp.ok(g, b),
+                                                when=when, group=g)])
+        why = assume.audit(bad, ALL_CHUNKED, only)
+        assert why is not None and "not proved for" in why
