@@ -231,6 +231,9 @@ def _print_row(r: Row) -> None:
           f"{'yes' if r.matches else 'NO':<7}{r.verdict.seconds:>8.2f}{extra}", flush=True)
     if r.verdict.note and not r.matches:
         print(f"    {r.verdict.note}", file=sys.stderr, flush=True)
+    if r.accepted is not None and r.accepted.note and not r.accepted_matches:
+        print(f"    over the layouts the release accepts: {r.accepted.note}", file=sys.stderr,
+              flush=True)
     if r.witness is not None and not r.witness.found:
         print(f"    no witness: {r.witness.note}", file=sys.stderr, flush=True)
 

@@ -108,6 +108,13 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "termination", _newest,
     ),
     Sabotage(
+        "a vacuous property step (its violation dropped): a statement known false proved",
+        "proofs/layers_chunked.py",
+        "    violation = turn_chunked.VIOLATIONS[thm](enc, cfg, d, r)\n",
+        "    violation = z3.BoolVal(False)\n",
+        "no-partial-state", _newest,
+    ),
+    Sabotage(
         "a tightened per-group environment (derive: every block the Mamba block)",
         "proofs/turn_chunked.py",
         "        enc.add(z3.Implies(z3.And(env.has_mamba, z3.Not(cfg.prefix_caching)),\n",
@@ -165,7 +172,7 @@ class Outcome:
 def _caught_by(out: str, err: str) -> str:
     """The check that turned the run red, in its own words."""
     for line in err.splitlines():
-        if "FAILED:" in line or line.strip().startswith("no witness"):
+        if "FAILED:" in line or "vacuous" in line or line.strip().startswith("no witness"):
             return line.strip()
     for line in err.splitlines():
         if line.strip():
