@@ -17,6 +17,8 @@ from model.layout import cdiv, round_down
 from model.layout_chunked import ChunkLayout
 from model.lookup import LookupResult, Step
 from model.scenario import Group, Scenario
+from releases.arith import INT
+from releases.base import ChunkSteps
 
 HIT, HIT_PENDING, RETRY, MISS = "HIT", "HIT_PENDING", "RETRY", "MISS"
 
@@ -271,12 +273,14 @@ def _lookup_partial_tail(layout: ChunkLayout, s: Scenario, mgr: _Manager, bounda
 
 
 def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
-           reround_rerun: bool = False, cap_min: bool = False
-           ) -> tuple[LookupResult, int | None]:
+           reround_rerun: bool = False, cap_min: bool = False, *,
+           steps: ChunkSteps | None = None) -> tuple[LookupResult, int | None]:
     """``_lookup`` (scheduler.py:1068): complete chunks, then a partial tail past them.
 
     Returns the lookup result and the partial-tail boundary (None: none chosen).
-    ``reround_mamba``: finding 001's fix (``lookup_complete_chunks``)."""
+    ``reround_mamba``: finding 001's fix (``lookup_complete_chunks``). ``steps``: the
+    release's partial-tail steps (``tail_search``, ``tail_bridge``; default 0.33.0's)."""
+    steps = steps or ChunkSteps()
     mgr = _Manager(s, layout)
     st = _State()
 
@@ -295,11 +299,10 @@ def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
     tph = layout.tokens_per_hash
     ptbs = layout.partial_tail_block_size
     margin = layout.max_eagle_proof_margin
-    num_search_blocks = 2 if margin else 1  # scheduler.py:1083
-    block_end = complete_boundary + num_search_blocks * ptbs
-    max_boundary = min(s.prompt_tokens - 1, block_end - 1)  # scheduler.py:1087
-    if margin:  # scheduler.py:1088: the proof key needs a hash past the boundary
-        max_boundary = min(max_boundary, (s.prompt_tokens // tph) * tph - margin)
+    # scheduler.py:1083-1093: one or two search blocks (an EAGLE proof margin), and the
+    # proof key's hash past the boundary (0.32.0: one block, steps.tail_search_one_block)
+    max_boundary = steps.tail_search(INT, complete_boundary, ptbs, s.prompt_tokens,
+                                     (s.prompt_tokens // tph) * tph, margin)
     if max_num_new_tokens is not None:  # scheduler.py:1095
         max_boundary = min(max_boundary, local_tokens + max_num_new_tokens)
     if max_load_tokens is not None:  # scheduler.py:1097
@@ -311,8 +314,10 @@ def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
     bridge_boundary = (bridge_chunk_idx + 1) * ptbs
     unconfirmed: list[int] = []
     pending = False
-    if max_boundary >= bridge_boundary:  # scheduler.py:1116: the hit would load the
-        for cfg, g in zip(layout.groups, s.groups, strict=True):  # bridge chunk too
+    # scheduler.py:1116: the hit would load the bridge chunk too (0.32.0 has no bridge:
+    # its one search block ends before the next block's key, steps.tail_bridge)
+    if steps.tail_bridge and max_boundary >= bridge_boundary:
+        for cfg, g in zip(layout.groups, s.groups, strict=True):
             if cfg.requires_cow_source:  # scheduler.py:1120
                 continue
             # scheduler.py:1123 (being-loaded keys tracked only with prefix caching)
@@ -340,7 +345,8 @@ def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
 
 
 def get_num_new_matched_tokens(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
-                               reround_rerun: bool = False, cap_min: bool = False
+                               reround_rerun: bool = False, cap_min: bool = False, *,
+                               steps: ChunkSteps | None = None
                                ) -> tuple[LookupResult, int | None]:
     """scheduler.py:1210: the connector's answer for a new request (``reround_mamba``:
     finding 001's fix, semantics ``alt-v033-reround-mamba``; ``cap_min``: finding 003's,
@@ -349,4 +355,4 @@ def get_num_new_matched_tokens(layout: ChunkLayout, s: Scenario, reround_mamba: 
         return LookupResult(None, (), (), 0, "the request has in-flight transfers"), None
     if s.skip_reading_prefix_cache:  # scheduler.py:1258
         return LookupResult(0, (), (), 0, "the request skips reading the prefix cache"), None
-    return lookup(layout, s, reround_mamba, reround_rerun, cap_min)
+    return lookup(layout, s, reround_mamba, reround_rerun, cap_min, steps=steps)

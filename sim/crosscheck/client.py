@@ -13,13 +13,15 @@ from sim.crosscheck.envs import ROOT, ensure_env
 from sim.crosscheck.mapping import fix_for, semantics_for
 
 HARNESS = Path(__file__).resolve().parent / "adapters" / "harness.py"
-# vLLM 0.33.0 reworked the scheduler's API (LookupResult, chunks, the spec's config)
+# the chunked scheduler's API (LookupResult, chunks, the spec's config): vLLM 0.33.0, and
+# 0.32.0 with one guarded change (docs/releases-adapter-drafts.diff); 0.26.0-0.31.0 need
+# the rest of those drafts (branch bisect)
 HARNESS_V033 = Path(__file__).resolve().parent / "adapters" / "harness_chunked.py"
 
 
 def harness_for(version: str) -> Path:
     major_minor = tuple(int(x) for x in version.split(".")[:2])
-    return HARNESS_V033 if major_minor >= (0, 33) else HARNESS
+    return HARNESS_V033 if major_minor >= (0, 32) else HARNESS
 
 
 class HarnessError(RuntimeError):

@@ -218,11 +218,17 @@ def make_request(case: dict[str, Any], vllm_config: Any, kv_cache_config: Any,
     )
 
 
+# vLLM 0.32.0's build_offloading_config asks a single group's model for its KV heads
+# (offloading/config.py:185); 0.33.0 does not (docs/releases-adapter-drafts.diff)
+ASKS_KV_HEADS = tuple(int(x) for x in VERSION.split(".")[:2]) < (0, 33)
+
+
 def _model_config(case: dict[str, Any]) -> Any:
     """The stand-in model config (see the module doc)."""
+    extra: dict[str, Any] = {"get_total_num_kv_heads": lambda: 1} if ASKS_KV_HEADS else {}
     return SimpleNamespace(model="crosscheck", dtype=torch.float16, use_mla=False,
                            architecture="crosscheck",
-                           max_model_len=case["prompt_tokens"] + 64)
+                           max_model_len=case["prompt_tokens"] + 64, **extra)
 
 
 def setup(case: dict[str, Any]) -> tuple[Any, Any, Any, ScenarioManager, Any]:
