@@ -66,9 +66,9 @@ def timed_lookup(s: Scenario, semantics: str, layout: Any = None) -> float:
 
     sem = get_semantics(semantics)
     if sem.chunked:
-        lay = layout or layout_chunked.resolve_layout(s)
+        lay = layout or layout_chunked.resolve_layout(s, sem.steps, sem.base_version)
         t0 = time.perf_counter()
-        lookup_chunked.get_num_new_matched_tokens(lay, s)
+        lookup_chunked.get_num_new_matched_tokens(lay, s, steps=sem.steps)
         return time.perf_counter() - t0
     lay = layout or resolve_layout(s, sem)
     t0 = time.perf_counter()
