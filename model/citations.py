@@ -435,6 +435,12 @@ TOKENS: dict[str, tuple[str, ...]] = {
     "worker_skip": ("src_logical_blocks_to_skip = block_idx % self.src_block_size_factor",),
     "sub_block_ptrs": ("flat[skip_count : skip_count + num_sub_blocks]",),
     "mamba_block_size_default": ("cache_config.mamba_block_size = cache_config.block_size",),
+    # the simple partial tail's inline boundary lookups (0.28.0-0.32.0; 0.33.0 moved them
+    # into _lookup_partial_tail) and its start-up switch
+    "tail_boundary_lookup": ("result = self.manager.lookup(key, req_status.req_context)",),
+    "tail_boundary_miss": ("if result is LookupResult.MISS:",),
+    "tail_boundary_pending": ("if result in (LookupResult.HIT_PENDING, LookupResult.RETRY):",),
+    "tail_eagle_off": ("and not any(config.is_eagle_group for config in kv_group_configs)",),
 }
 
 
@@ -528,11 +534,7 @@ RELEASE_TOKENS["0.32.0"] = {
     "prefix_hit_pending": ("case LookupResult.HIT_PENDING:",),
     "tail_search": ("block_end = complete_boundary + self._partial_tail_block_size",),
     "tail_key_tokens": ("key = self._make_boundary_key(",),
-    "tail_boundary_lookup": ("result = self.manager.lookup(key, req_status.req_context)",),
-    "tail_boundary_miss": ("if result is LookupResult.MISS:",),
-    "tail_boundary_pending": ("if result in (LookupResult.HIT_PENDING, LookupResult.RETRY):",),
     "tail_hit": ("if not boundary_missed and not boundary_pending:",),
-    "tail_eagle_off": ("and not any(config.is_eagle_group for config in kv_group_configs)",),
 }
 
 
