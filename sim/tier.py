@@ -25,7 +25,7 @@ from sim.tier_context import Key, ReqContext, RequestAccess, key_group
 from sim.tier_lru import LruPolicy
 from sim.tier_policy import Chunk, Policy, PolicyView
 
-POLICIES: dict[str, type[Policy]] = {"lru": LruPolicy, "arc": ArcPolicy}  # factory.py:84-90
+POLICIES: dict[str, type[Policy]] = {"lru": LruPolicy, "arc": ArcPolicy}  # factory.py:86-91
 
 
 class Answer(Enum):

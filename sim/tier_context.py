@@ -6,7 +6,7 @@ policies share. Line numbers are vLLM 0.33.0's (``vllm/v1/kv_offload/...``).
 A key is ``(block hash, group)``. vLLM packs it into bytes, the hash followed by the
 group as 4 big-endian bytes (base.py:30-32, ``make_offload_key``); for non-negative
 hashes of one fixed width (every real hash has the same width), tuple order equals the
-order of those bytes, which is what the LRU policy breaks rank ties by (lru.py:69,
+order of those bytes, which is what the LRU policy breaks rank ties by (lru.py:70-78,
 heap entries ``(rank, key)``).
 """
 
@@ -48,7 +48,7 @@ class ReqContext:
     req_id: str
     positions: dict[Key, int] = field(default_factory=dict)
     access: RequestAccess | None = None  # cpu/manager.py:150-161
-    lru_rank: tuple[int, int] | None = None  # (policy generation, rank), lru.py:179-183
+    lru_rank: tuple[int, int] | None = None  # (policy generation, rank), lru.py:19-23
 
     def set_position(self, key: Key, end_token: int) -> None:
         self.positions[key] = end_token

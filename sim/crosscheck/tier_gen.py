@@ -52,7 +52,7 @@ def _prompts(rng: random.Random) -> list[list[int]]:
 
 def generate(seed: int, policy: str, index: int) -> TierCase:
     rng = random.Random(f"tier:{policy}:{seed}:{index}")
-    num_chunks = rng.choice([0] + [1, 2, 3, 4, 5, 6, 8, 10, 12, 16] * 4)
+    num_chunks = rng.choice([0] + [1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32] * 4)
     threshold = rng.choice([0] * 6 + [1, 2, 2, 3])
     tracker = rng.choice([64_000] * 4 + [1, 2, 3, 5])
     cfg = TierConfig(num_chunks, policy, threshold, tracker)
@@ -160,13 +160,13 @@ def generate(seed: int, policy: str, index: int) -> TierCase:
         active = [r for r in live if not r.finished]
         busy = [r for r in live if r.loads or r.stores]
         r = rng.random()
-        if (not active or r < 0.08) and len(active) < MAX_LIVE:
+        if (not active or r < 0.06) and len(active) < MAX_LIVE:
             new_request()
             continue
-        if r < 0.12 and busy:
+        if 0.06 <= r < 0.35 and busy:
             complete(rng.choice(busy))
             continue
-        if r < 0.13:
+        if 0.35 <= r < 0.36:
             emit(Event("reset"))
             for req in live:  # the scheduler never completes pre-reset jobs
                 req.loads.clear()
@@ -187,10 +187,10 @@ def generate(seed: int, policy: str, index: int) -> TierCase:
             store(req)
         elif r < 0.72:
             touch(req)
-        elif r < 0.9 and busy:
+        elif r < 0.88 and busy:
             complete(rng.choice(busy))
-        elif r < 0.97:
-            if not (req.loads or req.stores) or rng.random() < 0.5:
+        elif r < 0.94:
+            if not (req.loads or req.stores) or rng.random() < 0.3:
                 req.finished = True
                 emit(Event("finish", req.rid))
         else:
