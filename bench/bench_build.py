@@ -6,8 +6,8 @@ against new, side by side, and a check that both build the same queries.
 Each round runs, alternately, this tree and ``REF`` (default ``main``, unpacked by
 ``git archive`` into a temporary folder) in a fresh process that builds, in the report's
 order (a theorem's semantics of one family in one process), every query of
-``proofs.layers_v033.proof_queries`` and ``proofs.maximality_layers_v033.proof_queries``
-(the four 0.33.0 semantics), ``proofs.tail_layers_v033.proof_queries`` and
+``proofs.layers_chunked.proof_queries`` and ``proofs.maximality_layers_chunked.proof_queries``
+(the four 0.33.0 semantics), ``proofs.tail_layers_chunked.proof_queries`` and
 ``proofs.check.proof_queries`` (the older family), each theorem under the preconditions
 the report takes, and nothing is solved. A child prints its process CPU seconds for the
 building and two digests of every query it built, in order: of their S-expressions
@@ -31,8 +31,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-V033 = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
-        "alt-v033-cap-min")
+V033 = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun", "alt-v033-cap-min")
 OLDER = ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit", "alt-cache-config-block-size")
 
 
@@ -42,9 +41,7 @@ def child(part: str) -> None:
     import z3
 
     from model.semantics import get_semantics
-    from proofs import check
-    from proofs import layers_v033 as L
-    from proofs import tail_layers_v033 as TL
+    from proofs import check, layers_chunked, tail_layers_chunked
     from proofs.theorems import THEOREMS
 
     builds: list[tuple[str, object]] = []
@@ -54,15 +51,21 @@ def child(part: str) -> None:
                 continue
             sem, pre = get_semantics(name), t.pre(name)
             if part == "older":
-                builds += [(f"{name} {thm} {q}", (lambda b=b: b(False)))
-                           for q, b in check.proof_queries(t, sem, pre)]
+                builds += [
+                    (f"{name} {thm} {q}", (lambda b=b: b(False)))
+                    for q, b in check.proof_queries(t, sem, pre)
+                ]
                 continue
-            if not L.covers(thm, pre):
+            if not layers_chunked.covers(thm, pre):
                 continue
-            builds += [(f"{name} {thm} {q}", b) for q, b in L.proof_queries(thm, sem, pre)]
-            if TL.covers(thm):
-                builds += [(f"{name} {thm} {q}", b)
-                           for q, b in TL.proof_queries(thm, sem, pre)]
+            builds += [
+                (f"{name} {thm} {q}", b) for q, b in layers_chunked.proof_queries(thm, sem, pre)
+            ]
+            if tail_layers_chunked.covers(thm):
+                builds += [
+                    (f"{name} {thm} {q}", b)
+                    for q, b in tail_layers_chunked.proof_queries(thm, sem, pre)
+                ]
     built: list[list[z3.BoolRef]] = []
     c0 = time.process_time()
     for _, b in builds:
@@ -75,14 +78,21 @@ def child(part: str) -> None:
         for x in q:
             text.update(x.sexpr().encode())
             ids.update(str(x.get_id()).encode() + b",")
-    print(json.dumps({"cpu": cpu, "queries": len(built), "text": text.hexdigest(),
-                      "ids": ids.hexdigest()}))
+    print(
+        json.dumps(
+            {"cpu": cpu, "queries": len(built), "text": text.hexdigest(), "ids": ids.hexdigest()}
+        )
+    )
 
 
 def run(tree: Path, part: str) -> dict[str, object]:
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_build.py"),
-                          "--child", part], cwd=tree, check=True, capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_build.py"), "--child", part],
+        cwd=tree,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
@@ -90,8 +100,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="main")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--part", choices=("v033", "older"), nargs="*",
-                    default=["v033", "older"])
+    ap.add_argument("--part", choices=("v033", "older"), nargs="*", default=["v033", "older"])
     ap.add_argument("--child", choices=("v033", "older"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -100,8 +109,9 @@ def main() -> int:
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
-        arc = subprocess.run(["git", "archive", args.base], cwd=ROOT, check=True,
-                             capture_output=True).stdout
+        arc = subprocess.run(
+            ["git", "archive", args.base], cwd=ROOT, check=True, capture_output=True
+        ).stdout
         with tarfile.open(fileobj=__import__("io").BytesIO(arc)) as tf:
             tf.extractall(base, filter="data")
         for part in args.part:
@@ -119,11 +129,15 @@ def main() -> int:
             ok = ok and same_text and len(seen["new"]) == 1 and len(seen["base"]) == 1
             for label in ("base", "new"):
                 xs = cpu[label]
-                print(f"{part:6} {label:5} ({args.base if label == 'base' else 'this tree'}): "
-                      f"{n} queries built in {statistics.mean(xs):6.2f} s CPU mean, "
-                      f"{max(xs):6.2f} max over {len(xs)} runs")
-            print(f"{part:6} same S-expressions: {same_text}; same term ids: {same_ids}; "
-                  f"deterministic: {len(seen['new']) == 1 and len(seen['base']) == 1}")
+                print(
+                    f"{part:6} {label:5} ({args.base if label == 'base' else 'this tree'}): "
+                    f"{n} queries built in {statistics.mean(xs):6.2f} s CPU mean, "
+                    f"{max(xs):6.2f} max over {len(xs)} runs"
+                )
+            print(
+                f"{part:6} same S-expressions: {same_text}; same term ids: {same_ids}; "
+                f"deterministic: {len(seen['new']) == 1 and len(seen['base']) == 1}"
+            )
     return 0 if ok else 1
 
 

@@ -7,7 +7,7 @@ For every accepted row of ``docs/layouts-vllm-0.33.0.json`` with an EAGLE group,
 ``k L + r`` tokens for ``k`` = 1, 2, 3 and ``r`` = 0, 1, ``L / 2``, ``L - 1`` (``L`` the
 least common multiple of the row's chunk sizes; on the rows with ``L <= 160`` every
 prompt from 1 to ``3 L + 1``). Each hit is compared with the largest valid complete-chunk
-hit (``model.maximality_v033``) and with the hit of the same lookup with the row's EAGLE
+hit (``model.maximality_chunked``) and with the hit of the same lookup with the row's EAGLE
 flag taken off (``plain``). ``--random N`` adds N seeded random stores per row
 (``bench_fix001.draw_store``: prompt, GPU hit, stored prefix, a few evicted keys), same
 comparisons. Every lookup also records the invariants other than maximality the model
@@ -28,8 +28,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from model.evaluate import evaluate  # noqa: E402
-from model.layout_v033 import ChunkLayout  # noqa: E402
-from model.maximality_v033 import larger_valid_hit  # noqa: E402
+from model.layout_chunked import ChunkLayout  # noqa: E402
+from model.maximality_chunked import larger_valid_hit  # noqa: E402
 from model.real_layouts import LayoutTemplate, load_templates  # noqa: E402
 from model.scenario import Scenario, parse_scenario, scenario_to_json  # noqa: E402
 

@@ -8,7 +8,7 @@ model (``vllm-0.33.0``) looks up a prompt of ``2 L + 1`` tokens, ``L`` the least
 multiple of the row's chunk sizes, with every chunk stored, no GPU prefix hit, and
 ``max_load_tokens`` = ``L`` and ``2 L`` (caps that end on a boundary of every chunk,
 below the prompt's last token). It compares the hit with the largest valid hit
-(``model.maximality_v033``, complete chunks; ``2 L`` and ``L`` keep every rule). Rows
+(``model.maximality_chunked``, complete chunks; ``2 L`` and ``L`` keep every rule). Rows
 with an EAGLE group are left out: their trailing chunk is given away on purpose
 (finding 003, last section). On the rows with ``L <= 160`` it also tries every cap from 1
 to ``2 L`` and lists the caps that lose tokens (``sweep``). Each lookup runs on 0.33.0 as
@@ -21,7 +21,7 @@ prompt, GPU hit, stored prefix, a few evicted keys) with a ``max_load_tokens`` d
 boundary of every group, the kind that loses a chunk), the hits of 0.33.0 and of the
 fix side by side: how often the fix raises or lowers the hit and by how many tokens.
 Deterministic (seeded per row). ``--generated N``: N scenarios of the layered proof's
-conformance generator (``tests/gen_v033.chunk_dict`` with ``LAYERS`` less its multipass
+conformance generator (``tests/gen_chunked.chunk_dict`` with ``LAYERS`` less its multipass
 share, seed 3: any layout of up to 4 groups, HIT_PENDING / RETRY answers, EAGLE), a cap
 forced on each, stock vs fix split by EAGLE. Exit 0 (it measures).
 """
@@ -40,8 +40,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from model.evaluate import evaluate  # noqa: E402
-from model.layout_v033 import ChunkLayout  # noqa: E402
-from model.maximality_v033 import larger_valid_hit  # noqa: E402
+from model.layout_chunked import ChunkLayout  # noqa: E402
+from model.maximality_chunked import larger_valid_hit  # noqa: E402
 from model.real_layouts import LayoutTemplate, load_templates  # noqa: E402
 from model.scenario import parse_scenario, scenario_to_json  # noqa: E402
 
@@ -127,7 +127,7 @@ def random_stores(per_row: int) -> dict[str, dict[str, int]]:
 
 def generated(n: int) -> dict[str, dict[str, int]]:
     """Stock vs fix on the layered test's generator, a cap on each (EAGLE or not)."""
-    from tests.gen_v033 import LAYERS, chunk_dict
+    from tests.gen_chunked import LAYERS, chunk_dict
 
     layers = dataclasses.replace(LAYERS, multipass=0.0)  # the draws these figures came from
     rng = random.Random(SEED)

@@ -34,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from model.evaluate import evaluate  # noqa: E402
-from model.layout_v033 import ChunkLayout  # noqa: E402
+from model.layout_chunked import ChunkLayout  # noqa: E402
 from model.real_layouts import LayoutTemplate, load_templates  # noqa: E402
 from model.scenario import Scenario  # noqa: E402
 

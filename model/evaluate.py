@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from model import layout_v033, load_v033, lookup_v033, maximality_v033
+from model import layout_chunked, load_chunked, lookup_chunked, maximality_chunked
 from model.citations import cite
 from model.invariants import AnyLayout, Violation, check_all
 from model.layout import Layout, Refused, check_request, startup_layout
@@ -42,7 +42,7 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
     """
     sem: Semantics = get_semantics(semantics or s.semantics)
     if sem.chunked:
-        return _evaluate_v033(s, sem, enforce)
+        return _evaluate_chunked(s, sem, enforce)
     if s.blocks_per_chunk is not None:  # the option exists only from 0.33.0 on; older
         # releases ignore the unknown extra-config key, which this model does not follow
         raise ScenarioError(f"blocks_per_chunk: not modelled for {sem.name} (a "
@@ -71,41 +71,41 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
 MAX_V033_HASHES = 1_000_000
 
 
-def _evaluate_v033(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
-    """vLLM 0.33.0: start-up (layout_v033), lookup (lookup_v033), load (load_v033)."""
+def _evaluate_chunked(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
+    """vLLM 0.33.0: start-up (layout_chunked), lookup (lookup_chunked), load (load_chunked)."""
     for name, unset in (("output_tokens", 0), ("context_parallel_size", 1)):
         if getattr(s, name) != unset:
             raise ScenarioError(f"{name}: not modelled for {sem.name} (the vllm-0.33.0 "
                                 "model covers new requests without context parallelism)")
     try:
-        layout = layout_v033.resolve_layout(s)
+        layout = layout_chunked.resolve_layout(s)
         if s.prompt_tokens // layout.tokens_per_hash > MAX_V033_HASHES:
             # the 0.33.0 model asks the store key by key, as vLLM does: bound the work
             raise ScenarioError(
                 f"prompt_tokens: {s.prompt_tokens} tokens are more than {MAX_V033_HASHES:,} "
                 f"hash blocks of {layout.tokens_per_hash} (the vllm-0.33.0 model's bound)")
         if enforce:
-            layout_v033.check_request(s, layout)
+            layout_chunked.check_request(s, layout)
     except Refused as e:
         return Outcome(sem.name, str(e), None, (), ())
-    res, boundary = lookup_v033.get_num_new_matched_tokens(
+    res, boundary = lookup_chunked.get_num_new_matched_tokens(
         layout, s, sem.reround_mamba, sem.reround_rerun, sem.cap_min)
-    plan = load_v033.load_plan(layout, s, res.num_hit_tokens, boundary)
+    plan = load_chunked.load_plan(layout, s, res.num_hit_tokens, boundary)
     violations = check_all(s, layout, res.num_hit_tokens, plan)
     if s.valid_hit is not None and res.num_hit_tokens is not None:
-        violations += _maximality_claim_v033(s, layout, res.num_hit_tokens)
+        violations += _maximality_claim_chunked(s, layout, res.num_hit_tokens)
     return Outcome(sem.name, None, res.num_hit_tokens, plan.loads, tuple(violations),
                    res, layout, plan.assertion, boundary)
 
 
-def _maximality_claim_v033(s: Scenario, layout: layout_v033.ChunkLayout,
+def _maximality_claim_chunked(s: Scenario, layout: layout_chunked.ChunkLayout,
                            hit: int) -> list[Violation]:
-    """The file's ``valid_hit`` on 0.33.0 (``model.maximality_v033``, complete chunks)."""
+    """The file's ``valid_hit`` on 0.33.0 (``model.maximality_chunked``, complete chunks)."""
     assert s.valid_hit is not None
-    broken = maximality_v033.broken_rules(s, layout, s.valid_hit)
+    broken = maximality_chunked.broken_rules(s, layout, s.valid_hit)
     if broken:
         raise ScenarioError(f"valid_hit: {s.valid_hit} is not a valid hit for this scenario "
-                            f"(breaks {', '.join(broken)}: model/maximality_v033.py)")
+                            f"(breaks {', '.join(broken)}: model/maximality_chunked.py)")
     if s.valid_hit > hit:
         return [Violation("maximality",
                           f"not maximal: hit {hit}, a valid hit of {s.valid_hit} exists")]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from model.evaluate import Outcome
 from model.layout import cdiv
-from model.layout_v033 import ChunkLayout
+from model.layout_chunked import ChunkLayout
 from model.scenario import Group, Scenario
 from model.semantics import get_semantics
 
@@ -87,7 +87,7 @@ def explain(s: Scenario, o: Outcome) -> str:
     assert o.layout is not None and o.lookup is not None
     lay = o.layout
     if isinstance(lay, ChunkLayout):
-        return _explain_v033(s, o, lay)
+        return _explain_chunked(s, o, lay)
     for c in lay.groups:
         w = c.sliding_window_size_in_blocks
         out.append(f"  group {c.group_idx}: {c.kind}, offloaded block {c.offloaded_block_size} "
@@ -236,7 +236,7 @@ def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "",
         "RGB").save(path, format="png")
 
 
-def _explain_v033(s: Scenario, o: Outcome, lay: ChunkLayout) -> str:
+def _explain_chunked(s: Scenario, o: Outcome, lay: ChunkLayout) -> str:
     """vLLM 0.33.0: the layout, each group's turn, the partial tail and the load."""
     assert o.lookup is not None
     out = [f"semantics {o.semantics}: blocks_per_chunk {lay.blocks_per_chunk}, "

@@ -12,7 +12,7 @@ Numbered as in the reviewers' spec (docs/spec.md):
                         block by design)
 
 On vLLM 0.33.0 the layout is a ``ChunkLayout`` and a load lists keys by the token position
-where each ends (``model.load_v033``); the checkers read both shapes.
+where each ends (``model.load_chunked``); the checkers read both shapes.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from model.layout import Layout
-from model.layout_v033 import ChunkLayout
+from model.layout_chunked import ChunkLayout
 from model.load_plan import LoadPlan
-from model.lookup_v033 import HIT, answer
+from model.lookup_chunked import HIT, answer
 from model.scenario import Scenario
 
 AnyLayout = Layout | ChunkLayout

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from model.layout import Layout
-from model.layout_v033 import ChunkGroup, ChunkLayout
+from model.layout_chunked import ChunkGroup, ChunkLayout
 from model.load_plan import GroupLoad
 from model.scenario import Scenario
 

@@ -31,7 +31,7 @@ class Semantics:
     align_assert: bool  # Mamba align groups must agree on the size (scheduler.py:121)
     summary: str
     # 0.33.0's reworked scheduler: chunks, partial tails, caps, LookupResult answers
-    # (model/layout_v033.py, lookup_v033.py, load_v033.py instead of the 0.24.0 modules)
+    # (model/layout_chunked.py, lookup_chunked.py, load_chunked.py instead of the 0.24.0 modules)
     chunked: bool = False
     # finding 001's proposed fix (docs/findings/001-fix.diff): in the 0.33.0 lookup, round
     # max_hit_size_tokens down to the Mamba align size again after each per-group cut
@@ -74,7 +74,7 @@ SEMANTICS: dict[str, Semantics] = {
 }
 
 
-# vLLM 0.33.0 (model/*_v033.py): the model and the cross-check answer for it; the Z3
+# vLLM 0.33.0 (model/*_chunked.py): the model and the cross-check answer for it; the Z3
 # encoding (proofs/) and the simulator (sim/) cover only SEMANTICS above.
 CHUNKED_SEMANTICS: dict[str, Semantics] = {
     s.name: s

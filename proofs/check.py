@@ -77,7 +77,7 @@ class Verdict:
     counterexample: dict[str, Any] | None = None
     note: str = ""
     # the bound the verdict holds within, where it differs from the semantics' (the
-    # layered 0.33.0 proof's "every layout", proofs/layers_v033.py)
+    # layered 0.33.0 proof's "every layout", proofs/layers_chunked.py)
     scope: str | None = None
     # the bounded encoding's scope for the part of the layouts the verdict covers only
     # within it (the layered 0.33.0 rows whose partial-tail layouts stay bounded)
@@ -97,20 +97,25 @@ def new_solver() -> z3.Solver:
 
 # the counterexample search's unrolled queries (bmc, then pinning on the same solver):
 # also lift the If-terms out of the arithmetic, then z3's older simplex arithmetic solver,
-# as proofs/check_v033.new_solver does. On the older family's bmc queries (24 pairs and
+# as proofs/check_chunked.new_solver does. On the older family's bmc queries (24 pairs and
 # the necessity checks, 316 queries) 6.06 -> 4.56 s CPU, every answer the same
 # (bench/compare_solvers_older.py); on the layered proof's queries it is far slower (9 of
 # the unsat answers of a 1-in-12 sample became unknown at 1.5 s), so prove keeps SOLVER
-BMC_SOLVER: tuple[str | z3.Tactic, ...] = ("simplify", "propagate-values", "solve-eqs",
-                                           "elim-term-ite")
+BMC_SOLVER: tuple[str | z3.Tactic, ...] = (
+    "simplify",
+    "propagate-values",
+    "solve-eqs",
+    "elim-term-ite",
+)
 
 
 def new_bmc_solver() -> z3.Solver:
     return z3.Then(*BMC_SOLVER, z3.With("smt", **{"arith.solver": 2})).solver()
 
 
-def _solve(cons: Sequence[z3.BoolRef], timeout_ms: int,
-           make: Callable[[], z3.Solver] = new_solver) -> tuple[z3.CheckSatResult, z3.Solver]:
+def _solve(
+    cons: Sequence[z3.BoolRef], timeout_ms: int, make: Callable[[], z3.Solver] = new_solver
+) -> tuple[z3.CheckSatResult, z3.Solver]:
     s = make()
     s.set("timeout", max(1, timeout_ms))
     s.add(*cons)
@@ -131,8 +136,16 @@ class Problem:
     candidate: z3.ArithRef | None
 
 
-def _problem(thm: Theorem, sem: Semantics, assumed: Sequence[str], bound: int | None,
-             enc: Enc, cfg: Config, d: Derived, init: State) -> Problem:
+def _problem(
+    thm: Theorem,
+    sem: Semantics,
+    assumed: Sequence[str],
+    bound: int | None,
+    enc: Enc,
+    cfg: Config,
+    d: Derived,
+    init: State,
+) -> Problem:
     """The premises of ``thm`` under ``assumed`` on the symbols ``cfg`` (their helpers'
     constraints go to ``enc``)."""
     m0 = init.m
@@ -157,25 +170,39 @@ def _violation(thm: Theorem, p: Problem, st: State) -> z3.BoolRef:
 
 def _violation_fn(thm: Theorem) -> Callable[[Context, z3.ArithRef | None], z3.BoolRef]:
     if thm.name == "maximality":
+
         def bigger(ctx: Context, cand: z3.ArithRef | None) -> z3.BoolRef:
             assert cand is not None
             return z3.And(z3.Not(ctx.result.deferred), ctx.result.hit < cand)
+
         return bigger
     assert thm.violation is not None
     v = thm.violation
     return lambda ctx, cand: v(ctx)
 
 
-def _containment(sem: Semantics, assumed: Sequence[str], thm: Theorem, kind: str, case: str,
-                 sub: int, rich: bool) -> list[z3.BoolRef]:
-    return final_query(sem, assumed, _violation_fn(thm), False, kind, True, False, case, sub,
-                       rich, containment=True)
+def _containment(
+    sem: Semantics, assumed: Sequence[str], thm: Theorem, kind: str, case: str, sub: int, rich: bool
+) -> list[z3.BoolRef]:
+    return final_query(
+        sem,
+        assumed,
+        _violation_fn(thm),
+        False,
+        kind,
+        True,
+        False,
+        case,
+        sub,
+        rich,
+        containment=True,
+    )
 
 
-def _final_given_containment(sem: Semantics, assumed: Sequence[str], thm: Theorem, kind: str,
-                             rich: bool) -> list[z3.BoolRef]:
-    return final_query(sem, assumed, _violation_fn(thm), False, kind, rich=rich,
-                       containment=False)
+def _final_given_containment(
+    sem: Semantics, assumed: Sequence[str], thm: Theorem, kind: str, rich: bool
+) -> list[z3.BoolRef]:
+    return final_query(sem, assumed, _violation_fn(thm), False, kind, rich=rich, containment=False)
 
 
 def _ready(query: list[z3.BoolRef], rich: bool) -> list[z3.BoolRef]:
@@ -190,8 +217,9 @@ def _prompt_at_most(bound: int, cfg: Config) -> list[z3.BoolRef]:
     return [cfg.prompt <= bound]
 
 
-def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
-                  ) -> list[tuple[str, Callable[[bool], list[z3.BoolRef]]]]:
+def proof_queries(
+    thm: Theorem, sem: Semantics, assumed: Sequence[str]
+) -> list[tuple[str, Callable[[bool], list[z3.BoolRef]]]]:
     """The layered proof's queries (proofs.abstract): each must be unsatisfiable. None
     fixes the layout: the loop is proved for any number of groups, the lemmas and the
     final step for a group of each kind."""
@@ -207,25 +235,57 @@ def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
         queries += alignment_queries(sem, assumed)
     for kind in KINDS:
         if thm.containment:
-            queries.append((f"property from the summary ({kind}), given containment",
-                            partial(_final_given_containment, sem, assumed, thm, kind)))
+            queries.append(
+                (
+                    f"property from the summary ({kind}), given containment",
+                    partial(_final_given_containment, sem, assumed, thm, kind),
+                )
+            )
             for case in CASES:
                 for sub in range(4):
-                    queries.append((
-                        f"a {kind} group loads within what its lookup confirmed (hit ends "
-                        f"at {case}, case {sub})",
-                        partial(_containment, sem, assumed, thm, kind, case, sub)))
+                    queries.append(
+                        (
+                            f"a {kind} group loads within what its lookup confirmed (hit ends "
+                            f"at {case}, case {sub})",
+                            partial(_containment, sem, assumed, thm, kind, case, sub),
+                        )
+                    )
         elif thm.split:
             for case in CASES:
                 for sub in range(4):
-                    queries.append((
-                        f"property from the summary ({kind}, hit ends at {case}, case {sub})",
-                        partial(final_query, sem, assumed, _violation_fn(thm), maximal,
-                                kind, thm.uses_store, aligned, case, sub)))
+                    queries.append(
+                        (
+                            f"property from the summary ({kind}, hit ends at {case}, case {sub})",
+                            partial(
+                                final_query,
+                                sem,
+                                assumed,
+                                _violation_fn(thm),
+                                maximal,
+                                kind,
+                                thm.uses_store,
+                                aligned,
+                                case,
+                                sub,
+                            ),
+                        )
+                    )
         elif thm.name != "termination":
-            queries.append((f"property from the summary ({kind})", partial(
-                final_query, sem, assumed, _violation_fn(thm), maximal, kind,
-                thm.uses_store, aligned)))
+            queries.append(
+                (
+                    f"property from the summary ({kind})",
+                    partial(
+                        final_query,
+                        sem,
+                        assumed,
+                        _violation_fn(thm),
+                        maximal,
+                        kind,
+                        thm.uses_store,
+                        aligned,
+                    ),
+                )
+            )
     return queries
 
 
@@ -235,14 +295,12 @@ def proof_queries(thm: Theorem, sem: Semantics, assumed: Sequence[str]
 _PROVED: set[tuple[object, ...]] = set()
 
 
-def _key(thm: Theorem, sem: Semantics, assumed: Sequence[str], name: str
-         ) -> tuple[object, ...]:
+def _key(thm: Theorem, sem: Semantics, assumed: Sequence[str], name: str) -> tuple[object, ...]:
     """The cache key a proof of query ``name`` is stored under."""
     if name.startswith("lemma"):
         return ("lemma", sem.name, tuple(sorted(assumed)), name)
     if name.startswith("loop:"):
-        return ("loop", thm.name == "maximality", "nothing-deferred-or-loading" in assumed,
-                name)
+        return ("loop", thm.name == "maximality", "nothing-deferred-or-loading" in assumed, name)
     return ("final", thm.name, sem.name, tuple(sorted(assumed)), name)
 
 
@@ -255,10 +313,16 @@ def _code() -> tuple[object, ...]:
     a test that replaces one (a sabotage) must not find proofs made with the other."""
     from proofs import layers, lemmas, theorems
 
-    return (_encoding_functions(), valid_hit, precondition_formula, theorems.valid_hit,
-            theorems.precondition_formula, vars(layers)["valid_hit"],
-            tuple(lem.fact for lem in lemmas.LEMMAS.values()),
-            tuple(t.violation for t in THEOREMS.values()))
+    return (
+        _encoding_functions(),
+        valid_hit,
+        precondition_formula,
+        theorems.valid_hit,
+        theorems.precondition_formula,
+        vars(layers)["valid_hit"],
+        tuple(lem.fact for lem in lemmas.LEMMAS.values()),
+        tuple(t.violation for t in THEOREMS.values()),
+    )
 
 
 _PROVED_WITH: list[tuple[object, ...]] = []  # the _code() _PROVED and _LEMMAS hold for
@@ -290,7 +354,8 @@ def _record(key: tuple[object, ...]) -> None:
     if key[0] == "lemma":
         _, sem, assumed, name = key
         _LEMMAS.setdefault((str(sem), str(name)), []).append(
-            frozenset(cast(tuple[str, ...], assumed)))
+            frozenset(cast(tuple[str, ...], assumed))
+        )
 
 
 # answers to proof queries in this process, by the query's terms (hash-consed: the same
@@ -310,22 +375,24 @@ def _answer(query: list[z3.BoolRef], timeout_ms: int) -> z3.CheckSatResult:
     return res
 
 
-def _turn_batch(thm: Theorem, sem: Semantics, assumed: Sequence[str], name: str,
-                timeout_ms: int) -> None:
+def _turn_batch(
+    thm: Theorem, sem: Semantics, assumed: Sequence[str], name: str, timeout_ms: int
+) -> None:
     """Before the first of a kind's ``TURN_FACTS`` lemmas: ask those not yet proved in one
     query (``layers.lemma_turns``, plain grounding), first under the request rules alone
     (``RUNTIME``, part of every precondition set: a lemma proved with fewer premises holds
     with more, so one proof serves every theorem of the semantics), then under
     ``assumed``; unsat proves each of them. Any other answer proves nothing, and each is
     then asked alone as before (so a failing one is named as before)."""
-    kind = name[name.index("(") + 1:-1]
+    kind = name[name.index("(") + 1 : -1]
     deadline = time.monotonic() + timeout_ms / 1000
     tiers = [assumed]
     if set(RUNTIME) < set(assumed):
         tiers.insert(0, RUNTIME)
     for premises in tiers:
-        names = [f for f in TURN_FACTS
-                 if not _proved(_key(thm, sem, assumed, f"lemma {f} ({kind})"))]
+        names = [
+            f for f in TURN_FACTS if not _proved(_key(thm, sem, assumed, f"lemma {f} ({kind})"))
+        ]
         left = int((deadline - time.monotonic()) * 1000)
         if len(names) < 2 or left <= 0:
             return
@@ -334,8 +401,7 @@ def _turn_batch(thm: Theorem, sem: Semantics, assumed: Sequence[str], name: str,
                 _record(_key(thm, sem, premises, f"lemma {f} ({kind})"))
 
 
-def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int
-          ) -> tuple[str, str]:
+def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int) -> tuple[str, str]:
     """('PROVED' | 'FAILED' | 'UNKNOWN', which obligation) for ``thm`` under ``assumed``."""
     deadline = time.monotonic() + timeout_ms / 1000
     _forget_if_code_changed()
@@ -376,8 +442,9 @@ Sizes = tuple[tuple[int, ...], int]  # GPU block sizes per group, block_size_fac
 SEARCH_KINDS: tuple[tuple[str, ...], ...] = (TEMPLATE, (FA, MAMBA))
 
 
-def size_space(max_block: int = 3, max_factor: int = 3,
-               kinds: Sequence[str] = TEMPLATE) -> list[Sizes]:
+def size_space(
+    max_block: int = 3, max_factor: int = 3, kinds: Sequence[str] = TEMPLATE
+) -> list[Sizes]:
     """Small concrete layouts the start-up checks accept, simplest first."""
     out: list[Sizes] = []
     rng = range(1, max_block + 1)
@@ -418,9 +485,15 @@ class _Loop:
 
     def fork(self) -> Enc:
         e = self.enc
-        return replace(e, cons=list(e.cons), counter=itertools.count(self.next_name),
-                       facts=list(e.facts), hints={k: list(v) for k, v in e.hints.items()},
-                       memo=dict(e.memo), inst=dict(e.inst))
+        return replace(
+            e,
+            cons=list(e.cons),
+            counter=itertools.count(self.next_name),
+            facts=list(e.facts),
+            hints={k: list(v) for k, v in e.hints.items()},
+            memo=dict(e.memo),
+            inst=dict(e.inst),
+        )
 
 
 def _encoding_functions() -> tuple[object, ...]:
@@ -454,11 +527,27 @@ def _loop(sem: Semantics, passes: int, bound: int, kinds: Sequence[str]) -> _Loo
 _UNROLLED: dict[tuple[object, ...], _Unrolled] = {}
 
 
-def _unrolled(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: int, bound: int,
-              kinds: Sequence[str]) -> _Unrolled:
+def _unrolled(
+    thm: Theorem,
+    sem: Semantics,
+    assumed: Sequence[str],
+    passes: int,
+    bound: int,
+    kinds: Sequence[str],
+) -> _Unrolled:
     # with the functions that write the premises (a test or mutant may replace them)
-    key = (thm.name, sem.name, tuple(assumed), passes, bound, tuple(kinds), valid_hit,
-           precondition_formula, thm.violation, _encoding_functions())
+    key = (
+        thm.name,
+        sem.name,
+        tuple(assumed),
+        passes,
+        bound,
+        tuple(kinds),
+        valid_hit,
+        precondition_formula,
+        thm.violation,
+        _encoding_functions(),
+    )
     if key not in _UNROLLED:
         loop = _loop(sem, passes, bound, kinds)
         enc = loop.fork()
@@ -468,11 +557,17 @@ def _unrolled(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: int,
     return _UNROLLED[key]
 
 
-def bmc(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int,
-        passes: int = BMC_PASSES, bound: int = BMC_BLOCKS, sizes: Sizes | None = None,
-        extra: Callable[[Config], list[z3.BoolRef]] | None = None,
-        kinds: Sequence[str] = TEMPLATE,
-        ) -> tuple[z3.CheckSatResult, Problem, z3.Solver | None]:
+def bmc(
+    thm: Theorem,
+    sem: Semantics,
+    assumed: Sequence[str],
+    timeout_ms: int,
+    passes: int = BMC_PASSES,
+    bound: int = BMC_BLOCKS,
+    sizes: Sizes | None = None,
+    extra: Callable[[Config], list[z3.BoolRef]] | None = None,
+    kinds: Sequence[str] = TEMPLATE,
+) -> tuple[z3.CheckSatResult, Problem, z3.Solver | None]:
     """Exact unrolling of up to ``passes`` passes (at most ``bound`` offloaded blocks per
     group; with ``sizes`` the block sizes are fixed, which keeps the arithmetic linear),
     asking for a violation."""
@@ -506,8 +601,11 @@ def scenario_from_model(m: z3.ModelRef, cfg: Config, sem: Semantics) -> dict[str
         nblocks = prompt // (bs * factor)
         st = cfg.stores[g]
         stored = [i for i in range(nblocks) if _bool(m, st.stored(z3.IntVal(i)))]
-        grp: dict[str, Any] = {"kind": kind, "gpu_block_size": bs,
-                               "stored": "all" if len(stored) == nblocks else stored}
+        grp: dict[str, Any] = {
+            "kind": kind,
+            "gpu_block_size": bs,
+            "stored": "all" if len(stored) == nblocks else stored,
+        }
         if kind == SW:
             w = cfg.window[g]
             assert w is not None
@@ -625,8 +723,9 @@ class _Pinner:
         self.solver.add(b if m is not None else z3.Not(b))
 
 
-def _pin(solver: z3.Solver, model: z3.ModelRef, cfg: Config, sem: Semantics,
-         nblocks: Sequence[int]) -> None:
+def _pin(
+    solver: z3.Solver, model: z3.ModelRef, cfg: Config, sem: Semantics, nblocks: Sequence[int]
+) -> None:
     """With the prompt and block sizes fixed, fix every other field the scenario file
     records, in a total order, each to its least value that keeps a counterexample:
     num_computed_tokens, then each sliding window, the Mamba block size (read by
@@ -670,25 +769,43 @@ JOINT_MS = 5_000
 
 def _one_of(layouts: Sequence[Sizes], hi: int) -> Callable[[Config], list[z3.BoolRef]]:
     """The block sizes are one of ``layouts``, the prompt at most ``hi``."""
+
     def extra(c: Config) -> list[z3.BoolRef]:
-        return [z3.Or([z3.And(*[b == v for b, v in zip(c.gpu, gpu, strict=True)],
-                              c.factor == f) for gpu, f in layouts]), c.prompt <= hi]
+        return [
+            z3.Or(
+                [
+                    z3.And(*[b == v for b, v in zip(c.gpu, gpu, strict=True)], c.factor == f)
+                    for gpu, f in layouts
+                ]
+            ),
+            c.prompt <= hi,
+        ]
+
     return extra
 
 
-def _least_joint(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: int,
-                 kinds: Sequence[str], layouts: Sequence[Sizes], hi: int, deadline: float
-                 ) -> tuple[int, int] | None:
+def _least_joint(
+    thm: Theorem,
+    sem: Semantics,
+    assumed: Sequence[str],
+    passes: int,
+    kinds: Sequence[str],
+    layouts: Sequence[Sizes],
+    hi: int,
+    deadline: float,
+) -> tuple[int, int] | None:
     """The least (prompt, index in ``layouts``) with a counterexample and a prompt of at
     most ``hi``, or None: the answer of the search layout by layout, from queries that
     leave the block sizes to the solver among several layouts at once (unsat for all of
     them, or a model naming one). Raises _Fallback when a query is undecided."""
+
     def probe(among: Sequence[Sizes], hi: int) -> tuple[int, int] | None:
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
             raise _Fallback
-        res, p, solver = bmc(thm, sem, assumed, min(left, JOINT_MS), passes, kinds=kinds,
-                             extra=_one_of(among, hi))
+        res, p, solver = bmc(
+            thm, sem, assumed, min(left, JOINT_MS), passes, kinds=kinds, extra=_one_of(among, hi)
+        )
         if res == z3.unknown:
             raise _Fallback
         if solver is None:
@@ -717,10 +834,16 @@ def _least_joint(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: i
     return found, j
 
 
-def _least(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: int,
-           kinds: Sequence[str], layouts: Sequence[Sizes], deadline: float,
-           solved: dict[tuple[int, int], tuple[Problem, z3.Solver]] | None = None
-           ) -> tuple[tuple[int, int] | None, bool]:
+def _least(
+    thm: Theorem,
+    sem: Semantics,
+    assumed: Sequence[str],
+    passes: int,
+    kinds: Sequence[str],
+    layouts: Sequence[Sizes],
+    deadline: float,
+    solved: dict[tuple[int, int], tuple[Problem, z3.Solver]] | None = None,
+) -> tuple[tuple[int, int] | None, bool]:
     """The least (prompt, index in ``layouts``) with a counterexample, or None; and
     whether a query came back unknown. Layout by layout, each one's smallest prompt that
     beats the best so far; once a layout has one, the layouts after it are asked
@@ -742,15 +865,23 @@ def _least(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: int,
             if best[0] <= 1:
                 break
             try:
-                better = _least_joint(thm, sem, assumed, passes, kinds, layouts[i:],
-                                      best[0] - 1, deadline)
+                better = _least_joint(
+                    thm, sem, assumed, passes, kinds, layouts[i:], best[0] - 1, deadline
+                )
                 return (best if better is None else (better[0], i + better[1])), unknown
             except _Fallback:
                 joint = False
         hi = best[0] - 1 if best else None
-        res, p, solver = bmc(thm, sem, assumed, min(left, 4 * PIN_MS), passes,
-                             sizes=layout, kinds=kinds,
-                             extra=None if hi is None else partial(_prompt_at_most, hi))
+        res, p, solver = bmc(
+            thm,
+            sem,
+            assumed,
+            min(left, 4 * PIN_MS),
+            passes,
+            sizes=layout,
+            kinds=kinds,
+            extra=None if hi is None else partial(_prompt_at_most, hi),
+        )
         unknown |= res == z3.unknown
         i += 1
         if solver is None:
@@ -758,8 +889,16 @@ def _least(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: int,
         found = _int(solver.model(), p.cfg.prompt)
         lo = 1
         for k in range(lo, min(found, lo + PROMPT_UPWARD)):
-            res, p, solver = bmc(thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout,
-                                 kinds=kinds, extra=partial(_prompt_is, k))
+            res, p, solver = bmc(
+                thm,
+                sem,
+                assumed,
+                2 * PIN_MS,
+                passes,
+                sizes=layout,
+                kinds=kinds,
+                extra=partial(_prompt_is, k),
+            )
             if solver is not None:
                 found = k
                 if solved is not None:
@@ -769,8 +908,16 @@ def _least(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: int,
         lo = max(lo, min(found, lo + PROMPT_UPWARD))
         while lo < found:  # binary search for this layout's smallest prompt
             mid = (lo + found) // 2
-            res, p, solver = bmc(thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout,
-                                 kinds=kinds, extra=partial(_prompt_at_most, mid))
+            res, p, solver = bmc(
+                thm,
+                sem,
+                assumed,
+                2 * PIN_MS,
+                passes,
+                sizes=layout,
+                kinds=kinds,
+                extra=partial(_prompt_at_most, mid),
+            )
             if solver is not None:
                 found = _int(solver.model(), p.cfg.prompt)
             else:
@@ -780,8 +927,13 @@ def _least(thm: Theorem, sem: Semantics, assumed: Sequence[str], passes: int,
     return best, unknown
 
 
-def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int,
-                   sizes: Sequence[Sizes] | None = None) -> Verdict:
+def counterexample(
+    thm: Theorem,
+    sem: Semantics,
+    assumed: Sequence[str],
+    timeout_ms: int,
+    sizes: Sequence[Sizes] | None = None,
+) -> Verdict:
     """The least counterexample to ``thm`` among requests the release's engine can
     produce (its start-up checks and request rules, ``RUNTIME``, are constraints of the
     search), under a total order: the layouts of ``SEARCH_KINDS`` in order (the next only
@@ -801,8 +953,7 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
         layouts = list(sizes or size_space(kinds=kinds))
         for passes in range(1, BMC_PASSES + 1):  # most counterexamples need one pass
             solved.clear()
-            least, undecided = _least(thm, sem, assumed, passes, kinds, layouts, deadline,
-                                      solved)
+            least, undecided = _least(thm, sem, assumed, passes, kinds, layouts, deadline, solved)
             unknown |= undecided
             if least is not None:
                 best = (least[0], layouts[least[1]], passes)
@@ -812,25 +963,42 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
             break
     if best is None:
         why = "solver returned unknown" if unknown else "none found"
-        return Verdict("UNKNOWN", time.monotonic() - t0,
-                       note=f"no proof, and no counterexample ({why}) within {BMC_PASSES} "
-                            f"passes, {BMC_BLOCKS} blocks per group and small block sizes, "
-                            "in the layouts "
-                            + " and ".join(f"({', '.join(k)})" for k in SEARCH_KINDS)
-                            + ", among requests the engine can produce")
+        return Verdict(
+            "UNKNOWN",
+            time.monotonic() - t0,
+            note=f"no proof, and no counterexample ({why}) within {BMC_PASSES} "
+            f"passes, {BMC_BLOCKS} blocks per group and small block sizes, "
+            "in the layouts "
+            + " and ".join(f"({', '.join(k)})" for k in SEARCH_KINDS)
+            + ", among requests the engine can produce",
+        )
     prompt, layout, passes = best
     # the query with the prompt fixed: the one _least asked last for it, else asked now
-    p, solver = again if again is not None else bmc(
-        thm, sem, assumed, 2 * PIN_MS, passes, sizes=layout, kinds=kinds,
-        extra=partial(_prompt_is, prompt))[1:]
+    p, solver = (
+        again
+        if again is not None
+        else bmc(
+            thm,
+            sem,
+            assumed,
+            2 * PIN_MS,
+            passes,
+            sizes=layout,
+            kinds=kinds,
+            extra=partial(_prompt_is, prompt),
+        )[1:]
+    )
     if solver is None:
         return Verdict("UNKNOWN", time.monotonic() - t0, note="counterexample lost on re-solve")
     nblocks = [prompt // (b * layout[1]) for b in layout[0]]
     try:
         _pin(solver, solver.model(), p.cfg, sem, nblocks)
     except _Undecided as e:
-        return Verdict("UNKNOWN", time.monotonic() - t0,
-                       note=f"counterexample found, but its minimum is undecided ({e})")
+        return Verdict(
+            "UNKNOWN",
+            time.monotonic() - t0,
+            note=f"counterexample found, but its minimum is undecided ({e})",
+        )
     scen = scenario_from_model(solver.model(), p.cfg, sem)
     if thm.name == "maximality":
         s = parse_scenario(scen)
@@ -839,18 +1007,31 @@ def counterexample(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout
         if o.refused is None and isinstance(o.layout, Layout):  # Z3 covers SEMANTICS only
             better = larger_valid_hit(s, o.layout, get_semantics(s.semantics), o.hit_tokens)
         if better is None:
-            return Verdict("UNKNOWN", time.monotonic() - t0, scen,
-                           note=f"model finds no valid hit above {o.hit_tokens}: encoding bug")
+            return Verdict(
+                "UNKNOWN",
+                time.monotonic() - t0,
+                scen,
+                note=f"model finds no valid hit above {o.hit_tokens}: encoding bug",
+            )
         scen["valid_hit"] = better
     mismatch = replay(thm, scen, assumed)
     if mismatch is not None:
-        return Verdict("UNKNOWN", time.monotonic() - t0, scen,
-                       note=f"counterexample not reproduced by model/ ({mismatch}): encoding bug")
+        return Verdict(
+            "UNKNOWN",
+            time.monotonic() - t0,
+            scen,
+            note=f"counterexample not reproduced by model/ ({mismatch}): encoding bug",
+        )
     return Verdict("COUNTEREXAMPLE", time.monotonic() - t0, scen)
 
 
-def check(thm_name: str, sem_name: str, timeout_ms: int = 30_000,
-          assumed: Sequence[str] | None = None, search_first: bool = False) -> Verdict:
+def check(
+    thm_name: str,
+    sem_name: str,
+    timeout_ms: int = 30_000,
+    assumed: Sequence[str] | None = None,
+    search_first: bool = False,
+) -> Verdict:
     """PROVED / COUNTEREXAMPLE / UNKNOWN for one theorem and semantics.
 
     ``search_first``: look for the least counterexample before trying the proof (for a
@@ -864,16 +1045,21 @@ def check(thm_name: str, sem_name: str, timeout_ms: int = 30_000,
         if a not in PRECONDITIONS:
             raise ValueError(f"precondition: unknown name {a!r}")
     if sem.chunked:  # vLLM 0.33.0: the layered proof (every layout) where it closes,
-        # else the bounded exact encoding (proofs/check_v033.py), which also gives every
+        # else the bounded exact encoding (proofs/check_chunked.py), which also gives every
         # counterexample
-        from proofs import check_v033, layers_v033
+        from proofs import check_chunked, layers_chunked
 
-        if not search_first and layers_v033.covers(thm_name, assumed):
-            v = layers_v033.check(thm_name, sem, assumed, timeout_ms)
+        if not search_first and layers_chunked.covers(thm_name, assumed):
+            v = layers_chunked.check(thm_name, sem, assumed, timeout_ms)
             if v is not None:
                 return v
-        v33 = check_v033.check(thm_name, sem_name, assumed, timeout_ms)
-        return Verdict(v33.status, v33.seconds, v33.counterexample, v33.note)
+        chunk_verdict = check_chunked.check(thm_name, sem_name, assumed, timeout_ms)
+        return Verdict(
+            chunk_verdict.status,
+            chunk_verdict.seconds,
+            chunk_verdict.counterexample,
+            chunk_verdict.note,
+        )
     # every result is about requests the engine can produce
     assumed = tuple(dict.fromkeys((*RUNTIME, *assumed)))
     t0 = time.monotonic()
@@ -885,8 +1071,12 @@ def check(thm_name: str, sem_name: str, timeout_ms: int = 30_000,
         status, where = prove(thm, sem, assumed, max(left, 1))
         if status == "PROVED":
             return Verdict("PROVED", time.monotonic() - t0)
-        return Verdict("UNKNOWN", time.monotonic() - t0, v.counterexample,
-                       v.note if status == "FAILED" else f"{where}; {v.note}".strip("; "))
+        return Verdict(
+            "UNKNOWN",
+            time.monotonic() - t0,
+            v.counterexample,
+            v.note if status == "FAILED" else f"{where}; {v.note}".strip("; "),
+        )
     # at most half the time for the proof: an obligation Z3 cannot settle must leave the
     # counterexample search its share
     status, where = prove(thm, sem, assumed, timeout_ms // 2)
@@ -897,5 +1087,9 @@ def check(thm_name: str, sem_name: str, timeout_ms: int = 30_000,
     note = v.note if status == "FAILED" else f"{where}; {v.note}".strip("; ")
     if status == "UNKNOWN" and v.status != "COUNTEREXAMPLE":
         return Verdict("UNKNOWN", time.monotonic() - t0, v.counterexample, note)
-    return Verdict(v.status, time.monotonic() - t0, v.counterexample,
-                   note if v.status != "COUNTEREXAMPLE" else f"proof obligation failed: {where}")
+    return Verdict(
+        v.status,
+        time.monotonic() - t0,
+        v.counterexample,
+        note if v.status != "COUNTEREXAMPLE" else f"proof obligation failed: {where}",
+    )

@@ -98,13 +98,13 @@ def run_one(theorem: str, semantics: str, timeout_s: float, necessity: bool) -> 
             needs.append(Necessity(p, w.status, w.counterexample, time.monotonic() - t0))
     wit = None
     if v.status == "PROVED" and v.scope is not None:  # 0.33.0's layered proof
-        from proofs.layers_v033 import witness as witness_layered
+        from proofs.layers_chunked import witness as witness_layered
 
         wit = witness_layered(theorem, get_semantics(semantics), pre)
     elif v.status == "PROVED" and get_semantics(semantics).chunked:
-        from proofs.check_v033 import witness as witness_v033
+        from proofs.check_chunked import witness as witness_chunked
 
-        wit = witness_v033(theorem, semantics, pre)
+        wit = witness_chunked(theorem, semantics, pre)
     elif v.status == "PROVED":
         wit = witness(theorem, get_semantics(semantics), pre)
     accepted = None
@@ -126,7 +126,7 @@ def _scope(semantics: str, v: Verdict | None = None) -> str | None:
         return v.scope
     if not get_semantics(semantics).chunked:
         return None
-    from proofs.encoding_v033 import SCOPE
+    from proofs.encoding_chunked import SCOPE
 
     return SCOPE.words()
 
@@ -206,7 +206,7 @@ def _picture(scen: dict[str, Any], path: Path, title: str, drawings: list[Drawin
     if path.name.startswith("maximality") and isinstance(o.layout, Layout):
         larger = larger_valid_hit(s, o.layout, get_semantics(o.semantics), o.hit_tokens)
     elif path.name.startswith("maximality") and isinstance(scen.get("valid_hit"), int):
-        larger = scen["valid_hit"]  # 0.33.0: the file carries it (model.maximality_v033)
+        larger = scen["valid_hit"]  # 0.33.0: the file carries it (model.maximality_chunked)
     drawings.append(Drawing(scen, None, path, title, larger, evaluate(s).refused))
     return token_line(s, o)
 
@@ -296,10 +296,10 @@ def write_report(rows: Sequence[Row], out: Path, jobs: int = 1,
           "each with its own block size, EAGLE on any of them, any block_size_factor and "
           "window (the loop is proved for any number of groups: proofs/abstract.py). "
           "vLLM 0.33.0 and its fixes (vllm-0.33.0, alt-v033-*) are proved for every "
-          "layout 0.33.0 accepts by a layered proof (proofs/layers_v033.py; partial "
-          "tails: proofs/tail_layers_v033.py) where it closes, the scope named beside "
+          "layout 0.33.0 accepts by a layered proof (proofs/layers_chunked.py; partial "
+          "tails: proofs/tail_layers_chunked.py) where it closes, the scope named beside "
           "each; the "
-          "others are checked by an exact bounded encoding (proofs/encoding_v033.py): "
+          "others are checked by an exact bounded encoding (proofs/encoding_chunked.py): "
           "their verdicts hold within the bounded scope named beside each (every token "
           "size still symbolic and unbounded; a PROVED one comes with termination "
           "proved over the same layouts, so the loop unrolled there cuts no run short); "
@@ -475,8 +475,8 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
     results = {} if results is None else results
     cpu = {} if cpu is None else cpu
     # a group's pairs (GROUPS: theorems of one family) in one process: many of their
-    # queries are the same text, which a process proves once (layers_v033.prove,
-    # maximality_layers_v033.prove, check._answer), and their witnesses the same
+    # queries are the same text, which a process proves once (layers_chunked.prove,
+    # maximality_layers_chunked.prove, check._answer), and their witnesses the same
     groups: dict[tuple[bool, str], list[Pair]] = {}
     for p in pairs:
         chunked = get_semantics(p[1]).chunked

@@ -318,7 +318,7 @@ class Theorem:
 
 ALL_SEMANTICS = ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit", "alt-cache-config-block-size")
 # vLLM 0.33.0 and finding 001's two fixes: proved by the bounded exact encoding
-# (proofs/encoding_v033.py; its scope, Scope.words, stands beside every verdict)
+# (proofs/encoding_chunked.py; its scope, Scope.words, stands beside every verdict)
 V033 = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
         "alt-v033-cap-min")
 # finding 003's fix on top of 0.33.0 as released (finding 001 not fixed)
@@ -398,7 +398,7 @@ THEOREMS: dict[str, Theorem] = {
             "No larger hit than the one returned would keep the invariants for the same store.",
             None,  # built in proofs.check (it needs the candidate in the invariant)
             ("no-eagle", "window-not-one-past-blocks"),
-            # 0.33.0 (complete chunks, model/maximality_v033.py): an EAGLE group's pop
+            # 0.33.0 (complete chunks, model/maximality_chunked.py): an EAGLE group's pop
             # and a binding cap each give hit tokens away; finding 003's fix keeps the cap's
             _holds_on("vllm-0.23.0", "vllm-0.24.0", *V033),
             accepted=_holds_on(),

@@ -77,7 +77,7 @@ def _precondition_in_model(name: str, s: Scenario) -> bool:
         return s.block_size_factor == 1
     if name == "no-eagle":
         return not (sem.eagle and any(g.eagle for g in s.groups))
-    if name == "caps-reach-prompt":  # older releases have no caps (0.33.0: check_v033)
+    if name == "caps-reach-prompt":  # older releases have no caps (0.33.0: check_chunked)
         return True
     if name == "nothing-deferred-or-loading":
         return all(b > s.num_tokens // obs[g] for g, x in enumerate(s.groups)

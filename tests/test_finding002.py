@@ -17,13 +17,13 @@ import z3
 
 from model.evaluate import evaluate
 from model.layout import cdiv
-from model.layout_v033 import resolve_layout
+from model.layout_chunked import resolve_layout
 from model.real_layouts import load_templates
 from model.scenario import Scenario, load_scenario_file, parse_scenario
-from proofs import check_v033, encoding_v033
+from proofs import check_chunked, encoding_chunked
 from proofs.conformance import preconditions_holding
-from proofs.conformance_v033 import concrete
-from tests.test_conformance_v033 import scenarios
+from proofs.conformance_chunked import concrete
+from tests.test_conformance_chunked import scenarios
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "tests" / "scenarios" / "finding-002").glob("*.json"))
@@ -70,14 +70,14 @@ def _full_chunk_within_windowed(s: Scenario) -> bool:
 
 
 def test_precondition_formula_v033_conforms() -> None:
-    """proofs/check_v033.py's formula of full-chunk-within-windowed says what the plain
+    """proofs/check_chunked.py's formula of full-chunk-within-windowed says what the plain
     predicate says on generated 0.33.0 scenarios; both values occur."""
     seen = set()
     for s in scenarios(80, seed=12):
         scope, cfg, order = concrete(s)
-        enc = encoding_v033.Enc33(scope)
-        d = encoding_v033.derive(enc, cfg, order)
-        got = z3.is_true(z3.simplify(check_v033.precondition(
+        enc = encoding_chunked.ChunkEnc(scope)
+        d = encoding_chunked.derive(enc, cfg, order)
+        got = z3.is_true(z3.simplify(check_chunked.precondition(
             "full-chunk-within-windowed", enc, cfg, d)))
         assert got == _full_chunk_within_windowed(s), s
         seen.add(got)
@@ -97,9 +97,9 @@ def test_precondition_formulas_conform_on_full_attention_alone(sizes: tuple[int,
     want = _full_chunk_within_windowed(s)
     assert want == (sizes[0] == sizes[1])
     scope, cfg, order = concrete(s)
-    enc = encoding_v033.Enc33(scope)
-    d = encoding_v033.derive(enc, cfg, order)
-    assert z3.is_true(z3.simplify(check_v033.precondition(
+    enc = encoding_chunked.ChunkEnc(scope)
+    d = encoding_chunked.derive(enc, cfg, order)
+    assert z3.is_true(z3.simplify(check_chunked.precondition(
         "full-chunk-within-windowed", enc, cfg, d))) == want
     old = parse_scenario(raw | {"semantics": "vllm-0.24.0"})
     assert preconditions_holding(old, ["full-chunk-within-windowed"]) == {

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REPRO = ROOT / "docs" / "findings" / "vllm_tests" / "test_offloading_mamba_state_at_hit_end.py"
 
 
-def run_in_033(script: Path) -> dict[str, Any]:
+def run_in_newest(script: Path) -> dict[str, Any]:
     python = env_python("0.33.0")
     assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
     proc = subprocess.run([str(python), str(script)], capture_output=True,
@@ -42,7 +42,7 @@ def wrong_states(result: dict[str, Any]) -> list[tuple[int, int]]:
 
 
 def test_finding_001_reproductions_show_the_bug_on_real_033_scheduler() -> None:
-    result = run_in_033(REPRO)
+    result = run_in_newest(REPRO)
     connector, engine = result["connector"], result["engine_core"]
     # the OffloadingConnectorScheduler with a store missing attention chunk 3
     assert connector["hit"] == 48
@@ -67,10 +67,10 @@ def test_finding_001_reproductions_show_the_bug_on_real_033_scheduler() -> None:
     assert wrong_states(sliding) == [(160, 192)]
 
 
-SEARCH = ROOT / "sim" / "crosscheck" / "adapters" / "state_search_v033.py"
+SEARCH = ROOT / "sim" / "crosscheck" / "adapters" / "state_search_chunked.py"
 
 
-def search_033(family: str, cases: int, seed: int) -> dict[str, Any]:
+def search_newest(family: str, cases: int, seed: int) -> dict[str, Any]:
     python = env_python("0.33.0")
     assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
     proc = subprocess.run([str(python), str(SEARCH), "--family", family, "--cases", str(cases),
@@ -85,19 +85,19 @@ def test_reachable_layouts_restore_the_state_at_the_hit_end_on_real_033() -> Non
     # scope: Mamba (align) block = cache_config.block_size, attention blocks 1x or 2x
     # that, optional SWA / EAGLE groups, blocks_per_chunk 1-3, prefix_match_unit (partial
     # tails), max_load_tokens, max_num_new_tokens, GPU prefix hits; random stores
-    result = search_033("reachable", 2000, 1)
+    result = search_newest("reachable", 2000, 1)
     assert result["violations"] == 0, result["examples"]
     assert result["cases"] == 2000 and result["hits"] > 500 and result["partial_tail_hits"] > 0
 
 
 def test_search_finds_the_forced_layout_violation_on_real_033() -> None:
     # the same checker finds finding 001 once the Mamba block is twice the attention block
-    result = search_033("forced", 400, 1)
+    result = search_newest("forced", 400, 1)
     assert result["violations"] > 0
     assert all("no-partial-state" in ex for ex in result["examples"])
 
 
-FIX = ROOT / "sim" / "crosscheck" / "adapters" / "fix_check_v033.py"
+FIX = ROOT / "sim" / "crosscheck" / "adapters" / "fix_check_chunked.py"
 
 
 def test_proposed_fix_restores_the_state_at_the_hit_end_on_real_033() -> None:
@@ -134,7 +134,7 @@ def test_finding_002_hit_inside_a_chunk_loses_nothing_on_real_033_engine_core() 
     # load writes the GPU blocks up to cdiv(hit, block), copied from the chunk holding
     # the hit's end, and the engine computes from the hit on (the tokens past the hit are
     # recomputed); the Mamba state is the one at the hit's end
-    result = run_in_033(REPRO_002)
+    result = run_in_newest(REPRO_002)
     one, two = result["bpc1"], result["bpc2"]
     assert one["hit"] == 1
     assert one["loads"] == [{"keys": ["attn0", "mamba0"],
@@ -173,7 +173,7 @@ def test_finding_003_load_cap_loses_a_chunk_on_real_033_scheduler() -> None:
     # docs/findings/003: Mamba align, block 16, prompt 33, every chunk stored; a
     # max_load_tokens cap of 32 (below the prompt end) gets a hit of 16 on the real
     # engine-core Scheduler + OffloadingConnector, no cap or a cap of 33 gets 32
-    result = run_in_033(REPRO_003)
+    result = run_in_newest(REPRO_003)
     assert result == {"None": 32, "33": 32, "32": 16}
     # the model gives the same lossy hit and names 32 as a valid hit (maximality)
     o = evaluate(load_scenario_file(SCENARIO_003))
@@ -181,7 +181,7 @@ def test_finding_003_load_cap_loses_a_chunk_on_real_033_scheduler() -> None:
     assert [v.invariant for v in o.violations] == ["maximality"]
 
 
-VLLM_TEST = ROOT / "sim" / "crosscheck" / "adapters" / "vllm_test_v033.py"
+VLLM_TEST = ROOT / "sim" / "crosscheck" / "adapters" / "vllm_test_chunked.py"
 
 
 def test_finding_003_fix_keeps_the_chunk_on_real_033_scheduler() -> None:
@@ -221,7 +221,7 @@ def test_finding_004_eagle_gives_a_chunk_back_on_real_033_scheduler() -> None:
     # every chunk stored: a 161-token prompt gets 80 on the real engine-core Scheduler +
     # OffloadingConnector (the EAGLE group pops [80, 160)); without the EAGLE flag, or
     # with a third chunk stored (prompt 240), 160
-    result = run_in_033(REPRO_004)
+    result = run_in_newest(REPRO_004)
     assert result == {"eagle/161": 80, "plain/161": 160, "eagle/240": 160}
     # the model gives the same hits and names 160 as a valid hit (maximality) only
     # for the EAGLE pop at the prompt's end

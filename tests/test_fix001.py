@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from model.evaluate import evaluate
-from model.layout_v033 import ChunkLayout
+from model.layout_chunked import ChunkLayout
 from model.scenario import Scenario, iter_scenario_paths, load_scenario_file
 from sim.crosscheck.gen import scenarios
 
@@ -64,7 +64,7 @@ def test_fix_as_written_loads_an_unstored_window_chunk_and_the_completed_fix_doe
 
 def test_finding_reproductions_hit_what_the_real_033_scheduler_hits() -> None:
     # the real 0.33.0 scheduler's answers (docs/findings/001: the reproductions on the
-    # unfixed method; fix_check_v033.py --check on the fixed one), replayed on the model
+    # unfixed method; fix_check_chunked.py --check on the fixed one), replayed on the model
     want = {  # file: ((0.33.0 hit, Mamba state at), (fixed hit, Mamba state at)); both fixes
         "engine-core-sliding-window-gpu-layout.json": ((160, 192), (0, None)),
         "engine-core-lru-forced.json": ((48, 64), (0, None)),

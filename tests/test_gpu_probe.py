@@ -1,5 +1,5 @@
 """The CPU side of the 0.33.0 finding scripts (``sim/gpu/finding_cap.py``,
-``sim/gpu/finding_swa.py`` and their shared ``sim/gpu/probe_v033.py``), run end to end on
+``sim/gpu/finding_swa.py`` and their shared ``sim/gpu/probe_chunked.py``), run end to end on
 a stand-in engine: the probe's hooks, the keys and loads it records, the tier holdings,
 the prefix-cache reset, the layout and the result file. The stand-in is a toy (a CPU tier
 of whole 16-token keys, every prompt stored after it runs), not vLLM: it checks the

@@ -1,6 +1,6 @@
 """The real 0.33.0 layouts with partial tails on (docs/layouts-vllm-0.33.0.md: falcon-h1,
 granite-4.0-h, jamba, nemotron-h, qwen3-next with prefix_match_unit 16 or 48) lie outside
-the bounded proof's scope (``proofs.encoding_v033.Scope``: one group of each kind, at most
+the bounded proof's scope (``proofs.encoding_chunked.Scope``: one group of each kind, at most
 4 hash blocks per block; these have up to 7 Mamba groups, 2 attention groups and 33 to
 195 hash blocks per block). On them the model (``model/*_v033.py``, pinned to the real
 scheduler by the cross-check) runs seeded random stores built to reach partial-tail hits

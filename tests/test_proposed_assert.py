@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, assume, find, given, settings
 from hypothesis import strategies as st
 from test_invariant_properties import scenarios
 
-from model import load_v033
+from model import load_chunked
 from model.evaluate import evaluate
-from model.layout_v033 import ChunkLayout
+from model.layout_chunked import ChunkLayout
 from model.load_plan import load_plan
 from model.maximality import is_valid_hit
 from model.proposed_assert import proposed_assertion_fires
@@ -43,7 +43,7 @@ def _fires(s: Scenario, hit: int | None) -> bool:
     assert o.layout is not None
     if isinstance(o.layout, ChunkLayout):  # vLLM 0.33.0's load (keys, partial tail)
         tail = o.tail_boundary if hit == o.hit_tokens else None
-        plan = load_v033.load_plan(o.layout, s, hit, tail)
+        plan = load_chunked.load_plan(o.layout, s, hit, tail)
     else:
         plan = load_plan(o.layout, s, hit or 0)
     return proposed_assertion_fires(s, o.layout, hit, plan.loads)

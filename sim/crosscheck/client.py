@@ -14,7 +14,7 @@ from sim.crosscheck.mapping import fix_for, semantics_for
 
 HARNESS = Path(__file__).resolve().parent / "adapters" / "harness.py"
 # vLLM 0.33.0 reworked the scheduler's API (LookupResult, chunks, the spec's config)
-HARNESS_V033 = Path(__file__).resolve().parent / "adapters" / "harness_v033.py"
+HARNESS_V033 = Path(__file__).resolve().parent / "adapters" / "harness_chunked.py"
 
 
 def harness_for(version: str) -> Path:

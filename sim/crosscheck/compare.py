@@ -59,16 +59,16 @@ def model_view(s: Scenario, semantics: str) -> ModelView:
 
 def timed_lookup(s: Scenario, semantics: str, layout: Any = None) -> float:
     """Seconds one model lookup takes (the layout, start-up work, resolved outside)."""
-    from model import layout_v033, lookup_v033
+    from model import layout_chunked, lookup_chunked
     from model.layout import resolve_layout
     from model.lookup import get_num_new_matched_tokens
     from model.semantics import get_semantics
 
     sem = get_semantics(semantics)
     if sem.chunked:
-        lay = layout or layout_v033.resolve_layout(s)
+        lay = layout or layout_chunked.resolve_layout(s)
         t0 = time.perf_counter()
-        lookup_v033.get_num_new_matched_tokens(lay, s)
+        lookup_chunked.get_num_new_matched_tokens(lay, s)
         return time.perf_counter() - t0
     lay = layout or resolve_layout(s, sem)
     t0 = time.perf_counter()

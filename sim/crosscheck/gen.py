@@ -128,7 +128,7 @@ def _tail_layout(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
     return out
 
 
-def _v033_extras(draw: st.DrawFn, out: dict[str, Any], chunks: bool = True
+def _chunked_extras(draw: st.DrawFn, out: dict[str, Any], chunks: bool = True
                  ) -> dict[str, Any]:
     """0.33.0's new dimensions on a drawn scenario: chunking, answers, tails, caps."""
     prompt = out["prompt_tokens"]
@@ -196,10 +196,10 @@ def scenario_dicts(draw: st.DrawFn, semantics: str = "vllm-0.24.0") -> dict[str,
         if _chance(draw, 0.15):
             return _real_layout(draw, semantics)
         if _chance(draw, 0.1):
-            return _v033_extras(draw, _uneven_layout(draw, semantics))
+            return _chunked_extras(draw, _uneven_layout(draw, semantics))
         if _chance(draw, 0.5):
-            return _v033_extras(draw, _tail_layout(draw, semantics), chunks=False)
-        return _v033_extras(draw, draw(_classic_dicts(semantics)))
+            return _chunked_extras(draw, _tail_layout(draw, semantics), chunks=False)
+        return _chunked_extras(draw, draw(_classic_dicts(semantics)))
     return draw(_classic_dicts(semantics))
 
 

@@ -20,7 +20,7 @@ The harness turns a case into real vLLM objects (``adapters/harness.py``):
 - ``context_parallel_size`` -> ``parallel_config.decode_context_parallel_size`` (the
   offloading spec multiplies every group's block size by it, base.py:481) and the
   ``KVCacheManager``'s ``dcp_world_size``.
-- 0.33.0 (``adapters/harness_v033.py``): ``blocks_per_chunk`` -> the extra config;
+- 0.33.0 (``adapters/harness_chunked.py``): ``blocks_per_chunk`` -> the extra config;
   ``pending`` -> HIT_PENDING, ``deferred`` -> RETRY, ``stored_tails`` / ``pending_tails``
   / ``deferred_tails`` -> the answers for the partial-tail keys ending at those tokens;
   ``max_load_tokens`` -> the request's ``kv_transfer_params``; ``max_num_new_tokens`` ->
@@ -97,7 +97,7 @@ def semantics_for(version: str) -> str:
 
 
 # alt semantics that have a real counterpart: the release with a proposed fix applied in
-# its harness (env CROSSCHECK_FIX; adapters/fix001_v033.py applies finding 001's diff)
+# its harness (env CROSSCHECK_FIX; adapters/fix001_chunked.py applies finding 001's diff)
 REAL_FIXES: dict[str, tuple[str, str]] = {
     "alt-v033-reround-mamba": ("0.33.0", "001"),  # docs/findings/001-fix.diff
     "alt-v033-reround-mamba-rerun": ("0.33.0", "001b"),  # docs/findings/001-fix-rerun.diff

@@ -186,7 +186,7 @@ def _state_position(s: Scenario, layout: AnyLayout, g: int, blocks: tuple[int, .
     """Where the recurrent state a Mamba group's load brings ends, by the model's rule
     for the release: the end of the last loaded offloaded block (``model/load_plan.py``);
     on 0.33.0 the partial-tail boundary, else the end of the last pending GPU block
-    (``model/load_v033.py``)."""
+    (``model/load_chunked.py``)."""
     if s.groups[g].kind != "mamba" or not blocks:
         return None
     if isinstance(layout, Layout):

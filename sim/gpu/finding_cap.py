@@ -7,7 +7,7 @@ GPU host, vLLM 0.33.0 installed (shared/vllm-offline bundle), from the repositor
     VLLM_ENABLE_V1_MULTIPROCESSING=0 python3 sim/gpu/finding_cap.py --out F [--fix 003]
 
 ``--fix 003`` applies the fix in process before the engine is built
-(``sim/crosscheck/adapters/fix001_v033.apply_fix``: the patched source of
+(``sim/crosscheck/adapters/fix001_chunked.apply_fix``: the patched source of
 ``OffloadingConnectorScheduler._lookup_complete_chunks``, the same text as the diff).
 
 The model is the tiny random-weight Mamba-1 model of ``sim/gpu/driver.py`` (float32, block
@@ -47,10 +47,10 @@ MAX_TOKENS = 12
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
-from sim.gpu import probe_v033  # noqa: E402
+from sim.gpu import probe_chunked  # noqa: E402
 
 
-class Probe(probe_v033.Probe):
+class Probe(probe_chunked.Probe):
     """Records the connector's answers and what the scheduler loaded."""
 
     def __init__(self) -> None:
@@ -83,7 +83,7 @@ def run(out_path: str, fix: str | None) -> int:
                               "steps": {}, "error": None}
 
     def dump() -> None:
-        probe_v033.dump(result, out_path, t0)
+        probe_chunked.dump(result, out_path, t0)
 
     probe = Probe()
     try:
@@ -100,7 +100,7 @@ def run(out_path: str, fix: str | None) -> int:
         result["device"] = torch.cuda.get_device_name(0)
         if fix is not None:
             sys.path.insert(0, os.path.join(ROOT, "sim", "crosscheck", "adapters"))
-            from fix001_v033 import apply_fix
+            from fix001_chunked import apply_fix
 
             apply_fix(fix)
         probe.install(sched_mod)
@@ -125,7 +125,7 @@ def run(out_path: str, fix: str | None) -> int:
             return list(o.outputs[0].token_ids)
 
         def reset() -> None:
-            probe_v033.reset_prefix_cache(llm, False, lambda: llm.generate(
+            probe_chunked.reset_prefix_cache(llm, False, lambda: llm.generate(
                 [TokensPrompt(prompt_token_ids=[0])],
                 SamplingParams(max_tokens=1, detokenize=False), use_tqdm=False))
 
@@ -154,7 +154,7 @@ def run(out_path: str, fix: str | None) -> int:
         reset()
         step("nocap", None, cold)
     except Exception as e:
-        probe_v033.record_error(result, e)
+        probe_chunked.record_error(result, e)
         dump()
         traceback.print_exc()
         return 1
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--fix", default=None, choices=("003",))
     args = ap.parse_args(argv)
-    if not probe_v033.in_process():
+    if not probe_chunked.in_process():
         return 2
     return run(args.out, args.fix)
 

@@ -15,7 +15,7 @@ use a 64-token sliding window, float32, random weights (seed), hidden 64, 2 KV h
 FlashInfer, so the Triton backend is told to declare FlashInfer's kernel block sizes
 (16, 32, 64; v1/attention/backends/flashinfer.py:603): vLLM's own
 ``Attention.get_kv_cache_spec`` then picks block 32 for the sliding-window layers and
-page unification pads them, the layout ``swa_layout_v033.py`` derives for FlashInfer
+page unification pads them, the layout ``swa_layout_chunked.py`` derives for FlashInfer
 ("block sizes forced", in the issue's words: the Triton kernels run the 32-token blocks).
 
 The CPU tier is sized to 7 chunks (``CPUOffloadingSpec`` is given ``cpu_bytes_to_use`` =
@@ -48,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
-from sim.gpu import probe_v033  # noqa: E402
+from sim.gpu import probe_chunked  # noqa: E402
 
 SCHEMA = "finding-swa/1"
 TIER_CHUNKS = 7
@@ -92,7 +92,7 @@ def build(model_dir: str, seed: int) -> None:
     print(f"saved {model_dir}")
 
 
-class Probe(probe_v033.Probe):
+class Probe(probe_chunked.Probe):
     """Records the connector's answers and the Mamba keys its loads restore."""
 
     def __init__(self) -> None:
@@ -121,7 +121,7 @@ def run(model_dir: str, out_path: str) -> int:
                               "tier_chunks": TIER_CHUNKS, "scenarios": {}, "error": None}
 
     def dump() -> None:
-        probe_v033.dump(result, out_path, t0)
+        probe_chunked.dump(result, out_path, t0)
 
     probe = Probe()
     try:
@@ -181,7 +181,7 @@ def run(model_dir: str, out_path: str) -> int:
             return list(o.outputs[0].token_ids)
 
         def reset(connector: bool = False) -> None:
-            probe_v033.reset_prefix_cache(llm, connector, lambda: gen([0], 1))
+            probe_chunked.reset_prefix_cache(llm, connector, lambda: gen([0], 1))
 
         # control: no eviction, an aligned hit
         cold = gen(P_CONTROL)
@@ -216,7 +216,7 @@ def run(model_dir: str, out_path: str) -> int:
         result["scenarios"]["recompute"] = {"equal_to_cold": again == outs["A"],
                                             "tokens": again}
     except Exception as e:
-        probe_v033.record_error(result, e)
+        probe_chunked.record_error(result, e)
         dump()
         traceback.print_exc()
         return 1
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "build":
         build(args.model_dir, args.seed)
         return 0
-    if not probe_v033.in_process():
+    if not probe_chunked.in_process():
         return 2
     return run(args.model_dir, args.out)
 

@@ -1,6 +1,6 @@
 """The harnesses' side of the JSON-lines protocol with ``sim/crosscheck/client.py`` (info /
 run / bench / quit, one JSON object a line) and the one-line error they report. Standard
-library only: ``harness.py`` and ``harness_v033.py`` import it inside a release's
+library only: ``harness.py`` and ``harness_chunked.py`` import it inside a release's
 environment (this folder is their script folder)."""
 
 from __future__ import annotations

@@ -1,0 +1,352 @@
+"""vLLM 0.33.0's lookup: ``_lookup_complete_chunks``, ``_lookup`` with partial tails, and
+``get_num_new_matched_tokens`` (offloading/scheduler.py of 0.33.0; lines in comments).
+
+Keys: 0.33.0 keys every offloaded unit by the request's block hash at the token position
+where it ends (``make_offload_key``, plus the group): chunk ``i`` of a group ends at
+``(i + 1) * tokens_per_chunk``; a partial-tail key ends at its boundary (plus an EAGLE
+group's proof margin). The model names a key ``(group, end token)``; the store answers
+with 0.33.0's ``LookupResult``: HIT, HIT_PENDING (stored, not readable yet), RETRY
+(location unknown yet) or MISS. ``LookupResult.lookups`` lists ``(group, end token)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from model.layout import cdiv, round_down
+from model.layout_chunked import ChunkLayout
+from model.lookup import LookupResult, Step
+from model.scenario import Group, Scenario
+
+HIT, HIT_PENDING, RETRY, MISS = "HIT", "HIT_PENDING", "RETRY", "MISS"
+
+
+class KeyPastHashes(AssertionError):
+    """A partial-tail key past the request's block hashes: ``_make_boundary_key``
+    (scheduler.py:1063) would index ``block_hashes`` past its end. 0.33.0 cannot get
+    here (scheduler.py:1088 caps max_boundary by the hashes less the EAGLE margin); the
+    model stops rather than answer MISS, so that a lookup without that cap is caught."""
+
+
+def answer(g: Group, end: int, tokens_per_chunk: int) -> str:
+    """What the stand-in manager answers for the group's key ending at token ``end``."""
+    chunk = end // tokens_per_chunk - 1 if end % tokens_per_chunk == 0 else None
+    if (chunk is not None and chunk in g.deferred) or end in g.deferred_tails:
+        return RETRY
+    if (chunk is not None and chunk in g.pending) or end in g.pending_tails:
+        return HIT_PENDING
+    if (chunk is not None and g.holds(chunk)) or end in g.stored_tails:
+        return HIT
+    return MISS
+
+
+@dataclass
+class _Manager:
+    """Answers from the scenario and records every key looked up, in order."""
+
+    s: Scenario
+    layout: ChunkLayout
+    seen: list[tuple[int, int]] = field(default_factory=list)
+
+    def lookup(self, group: int, end: int) -> str:
+        self.seen.append((group, end))
+        return answer(self.s.groups[group], end, self.layout.groups[group].tokens_per_chunk)
+
+    def chunk(self, group: int, idx: int) -> str:
+        return self.lookup(group, (idx + 1) * self.layout.groups[group].tokens_per_chunk)
+
+
+def _maximal_prefix_lookup(mgr: _Manager, group: int, chunks: range) -> int | None:
+    # scheduler.py:773: consecutive hits from the start; HIT_PENDING counts and defers,
+    # RETRY defers without counting and the scan goes on (the manager starts async
+    # lookups); the first MISS stops it
+    hit_count = 0
+    defer_lookup = False
+    for idx in chunks:
+        result = mgr.chunk(group, idx)
+        if result in (HIT, HIT_PENDING):  # scheduler.py:788
+            hit_count += 1
+            defer_lookup |= result == HIT_PENDING
+        elif result == RETRY:  # scheduler.py:797
+            defer_lookup = True
+        else:  # scheduler.py:801
+            break
+    return None if defer_lookup else hit_count  # scheduler.py:803
+
+
+def _sliding_window_lookup(mgr: _Manager, group: int, chunks: range, window: int,
+                           initial_window: int | None) -> int | None:
+    # scheduler.py:805: from the end, the last run of `window` hits; the first run may
+    # need `initial_window` (a partial right edge); returns its end index in `chunks`
+    defer_lookup = False
+    pending_in_window = False
+    consecutive_hits = 0
+    required_window = initial_window or window  # scheduler.py:819
+    for idx in range(len(chunks) - 1, -1, -1):
+        result = mgr.chunk(group, chunks[idx])
+        if result == HIT:  # scheduler.py:822
+            consecutive_hits += 1
+        elif result == HIT_PENDING:  # scheduler.py:824: a hit, but defers
+            pending_in_window = True
+            consecutive_hits += 1
+        else:  # RETRY (scheduler.py:830) defers; MISS (scheduler.py:838) does not
+            defer_lookup |= result == RETRY
+            consecutive_hits = 0
+            pending_in_window = False
+            required_window = window
+        if consecutive_hits == required_window:  # scheduler.py:843
+            return None if defer_lookup or pending_in_window else idx + required_window
+    return None if defer_lookup or pending_in_window else consecutive_hits  # :847
+
+
+@dataclass
+class _State:
+    """Per-request scratch the complete-chunk lookup leaves for the partial tail."""
+
+    hit_end_chunk: dict[int, int] = field(default_factory=dict)  # lookup_hit_end_chunk_idx
+    steps: list[Step] = field(default_factory=list)
+    passes: int = 0
+
+
+def _caps(s: Scenario) -> tuple[int | None, int | None]:
+    return s.max_num_new_tokens, s.max_load_tokens
+
+
+def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
+                           st: _State, reround_mamba: bool = False,
+                           reround_rerun: bool = False, cap_min: bool = False
+                           ) -> tuple[int | None, str]:
+    """scheduler.py:849: tokens beyond the GPU hit that whole chunks can give.
+
+    ``reround_mamba``: finding 001's fix (docs/findings/001-fix.diff, semantics
+    ``alt-v033-reround-mamba``): after each group's cut (:914, :988) the bound is rounded
+    down to the Mamba align size again, so a group whose chunk is not a multiple of the
+    Mamba chunk cannot leave it between two Mamba boundaries. ``reround_rerun`` (semantics
+    ``alt-v033-reround-mamba-rerun``): when that round-down cuts a sliding-window group's
+    confirmed window, the sliding-window groups are looked up again at the lowered bound.
+    ``cap_min``: finding 003's fix (docs/findings/003-fix.diff, semantics
+    ``alt-v033-cap-min``): the last-prompt-token rule (:876) takes the minimum with
+    ``num_tokens - 1`` instead of subtracting one after the caps."""
+
+    def reround(tokens: int) -> int:
+        if reround_mamba and layout.mamba_align_size is not None:
+            return round_down(tokens, layout.mamba_align_size)
+        return tokens
+
+    max_num_new_tokens, max_load_tokens = _caps(s)
+    num_computed_tokens = s.num_computed_tokens
+    num_keys = {c.group_idx: s.prompt_tokens // c.tokens_per_chunk for c in layout.groups}
+    max_hit_size_tokens = s.prompt_tokens  # scheduler.py:862
+    if max_num_new_tokens is not None:  # scheduler.py:863
+        max_hit_size_tokens = min(max_hit_size_tokens, num_computed_tokens + max_num_new_tokens)
+    if max_load_tokens is not None:  # scheduler.py:867
+        max_hit_size_tokens = min(max_hit_size_tokens, num_computed_tokens + max_load_tokens)
+    if layout.sliding_window_groups:
+        if cap_min:  # the fix (0.33.0 subtracts): a cap below the prompt end stays
+            max_hit_size_tokens = min(max_hit_size_tokens, s.prompt_tokens - 1)
+        else:
+            max_hit_size_tokens -= 1  # scheduler.py:876: recompute the last prompt token
+        if layout.mamba_align_size is not None:  # scheduler.py:877: PR #44599's rounding
+            max_hit_size_tokens = round_down(max_hit_size_tokens, layout.mamba_align_size)
+    num_hit_tokens = 0
+    defer_lookup = False
+    lookup_groups = layout.lookup_groups
+    st.hit_end_chunk = {c.group_idx: 0 for c in layout.groups}  # scheduler.py:887
+    eagle_verified: set[int] = set()  # scheduler.py:892
+    while lookup_groups:  # scheduler.py:893
+        st.passes += 1
+        looked_up_sliding_window = False
+        groups_iter = lookup_groups
+        lookup_groups = ()
+        for group_idx in groups_iter:
+            cfg = layout.groups[group_idx]
+            tpc = cfg.tokens_per_chunk
+            before = max_hit_size_tokens
+            is_eagle_unverified = cfg.is_eagle_group and group_idx not in eagle_verified
+            # scheduler.py:914: no further than this group's last keyed chunk
+            max_hit_size_tokens = min(max_hit_size_tokens, num_keys[group_idx] * tpc)
+            max_hit_size_tokens = reround(max_hit_size_tokens)  # the fix (none in 0.33.0)
+            if max_load_tokens is not None:  # scheduler.py:917: a load cap chunk-aligns
+                max_hit_size_tokens = round_down(max_hit_size_tokens, tpc)
+            if max_hit_size_tokens - num_computed_tokens < tpc:  # scheduler.py:921
+                st.steps.append(Step(st.passes, group_idx, before, (0, 0), None,
+                                     max_hit_size_tokens, "less than one chunk left"))
+                return 0, f"group {group_idx}: less than one chunk ({tpc} tokens) left"
+            window = cfg.sliding_window_size_in_chunks
+            query_max = max_hit_size_tokens
+            if is_eagle_unverified:  # scheduler.py:936: every EAGLE group queries one more
+                query_max = min(max_hit_size_tokens + tpc, num_keys[group_idx] * tpc)
+            num_chunks = min(cdiv(query_max, tpc), num_keys[group_idx])  # scheduler.py:942
+            start_chunk_idx = num_computed_tokens // tpc  # scheduler.py:943
+            chunks = range(start_chunk_idx, max(start_chunk_idx, num_chunks))
+            num_hit_chunks: int | None
+            if window is None:
+                num_hit_chunks = _maximal_prefix_lookup(mgr, group_idx, chunks)
+                # scheduler.py:957: the chunks confirmed as ready (before any EAGLE pop)
+                st.hit_end_chunk[group_idx] = start_chunk_idx + (num_hit_chunks or 0)
+            else:
+                required_window = window + 1 if is_eagle_unverified else window  # :961
+                candidate_end = min(  # scheduler.py:964
+                    max_hit_size_tokens, (num_chunks - int(is_eagle_unverified)) * tpc)
+                initial_window = cfg.load_window_size_in_chunks(candidate_end)  # :968
+                assert initial_window is not None
+                num_hit_chunks = _sliding_window_lookup(
+                    mgr, group_idx, chunks, required_window,
+                    initial_window + int(is_eagle_unverified))  # scheduler.py:972
+            queried = (chunks.start, chunks.stop)
+            if num_hit_chunks == 0:  # scheduler.py:978
+                st.steps.append(Step(st.passes, group_idx, before, queried, 0,
+                                     max_hit_size_tokens, "no hit"))
+                return 0, f"group {group_idx}: no hit in chunks [{queried[0]}, {queried[1]})"
+            note = ""
+            if num_hit_chunks is None:
+                defer_lookup = True  # scheduler.py:982
+                note = "deferred"
+            else:
+                if is_eagle_unverified:  # scheduler.py:984: pop the volatile EAGLE chunk
+                    num_hit_chunks -= 1
+                    eagle_verified.add(group_idx)
+                    note = "EAGLE chunk popped"
+                max_hit_size_tokens = min(  # scheduler.py:988
+                    max_hit_size_tokens, tpc * (start_chunk_idx + num_hit_chunks))
+                confirmed = max_hit_size_tokens
+                max_hit_size_tokens = reround(max_hit_size_tokens)  # the fix (none in 0.33.0)
+                if (reround_rerun and window is not None and max_hit_size_tokens < confirmed
+                        and not lookup_groups):
+                    # the completed fix: this window was confirmed ending at `confirmed`,
+                    # not at the lowered bound; look the sliding-window groups up again
+                    lookup_groups = layout.sliding_window_groups
+            st.steps.append(Step(st.passes, group_idx, before, queried, num_hit_chunks,
+                                 max_hit_size_tokens, note))
+            new_num_hit_tokens = max_hit_size_tokens - num_computed_tokens  # :993
+            if new_num_hit_tokens < tpc:  # scheduler.py:994
+                return 0, f"group {group_idx}: hit shrank below one chunk ({tpc} tokens)"
+            if new_num_hit_tokens < num_hit_tokens:  # scheduler.py:998
+                if not cfg.is_eagle_group:
+                    eagle_verified.clear()  # scheduler.py:1000
+                if defer_lookup:  # scheduler.py:1001: look again at every group
+                    defer_lookup = False
+                    lookup_groups = layout.lookup_groups
+                elif looked_up_sliding_window and not lookup_groups:
+                    lookup_groups = layout.sliding_window_groups  # scheduler.py:1009
+            looked_up_sliding_window |= window is not None  # scheduler.py:1011
+            num_hit_tokens = new_num_hit_tokens
+    if defer_lookup:  # scheduler.py:1014
+        return None, "the store deferred a lookup (HIT_PENDING or RETRY)"
+    if s.enable_prefix_caching and any(g.being_loaded for g in s.groups):
+        # scheduler.py:1022: delay if a hit chunk (within a group's load window) is
+        # already being loaded (tracked only with prefix caching on, scheduler.py:641)
+        end = num_computed_tokens + num_hit_tokens
+        for cfg, g in zip(layout.groups, s.groups, strict=True):
+            tpc = cfg.tokens_per_chunk
+            window = cfg.load_window_size_in_chunks(end)  # scheduler.py:1027
+            # offload_keys[start:num_chunks] (scheduler.py:1035): the slice stops at the
+            # last key the request has
+            hit_chunks = list(range(num_computed_tokens // tpc,
+                                    min(cdiv(end, tpc), num_keys[cfg.group_idx])))
+            if window is not None:
+                hit_chunks = hit_chunks[-window:]
+            if any(c in g.being_loaded for c in hit_chunks):
+                return None, f"group {cfg.group_idx}: a hit chunk is being loaded"
+    return num_hit_tokens, "converged"
+
+
+def _lookup_partial_tail(layout: ChunkLayout, s: Scenario, mgr: _Manager, boundary: int,
+                         bridge_pending: bool) -> tuple[bool, bool]:
+    # scheduler.py:1160: every group's boundary key must be ready; a miss stops at once
+    pending = bridge_pending
+    hashed = (s.prompt_tokens // layout.tokens_per_hash) * layout.tokens_per_hash
+    for cfg in layout.groups:
+        key = layout.partial_tail_key_tokens(cfg.group_idx, boundary)  # scheduler.py:1158
+        if key > hashed:
+            raise KeyPastHashes(f"group {cfg.group_idx}: partial-tail key at token {key} is "
+                                f"past the request's hashes ({hashed} tokens)")
+        result = mgr.lookup(cfg.group_idx, key)
+        if result == MISS:  # scheduler.py:1184
+            return False, pending
+        pending |= result != HIT  # scheduler.py:1186
+    if pending:  # scheduler.py:1189
+        return False, True
+    return True, False
+
+
+def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
+           reround_rerun: bool = False, cap_min: bool = False
+           ) -> tuple[LookupResult, int | None]:
+    """``_lookup`` (scheduler.py:1068): complete chunks, then a partial tail past them.
+
+    Returns the lookup result and the partial-tail boundary (None: none chosen).
+    ``reround_mamba``: finding 001's fix (``lookup_complete_chunks``)."""
+    mgr = _Manager(s, layout)
+    st = _State()
+
+    def done(hit: int | None, reason: str, boundary: int | None = None
+             ) -> tuple[LookupResult, int | None]:
+        segs = tuple((g, e, e + 1, 1) for g, e in mgr.seen)
+        return LookupResult(hit, tuple(st.steps), segs, st.passes, reason), boundary
+
+    complete_hit, reason = lookup_complete_chunks(  # scheduler.py:1073
+        layout, s, mgr, st, reround_mamba, reround_rerun, cap_min)
+    if complete_hit is None or not layout.supports_partial_tail:  # scheduler.py:1075
+        return done(complete_hit, reason)
+    max_num_new_tokens, max_load_tokens = _caps(s)
+    local_tokens = s.num_computed_tokens
+    complete_boundary = local_tokens + complete_hit  # scheduler.py:1079
+    tph = layout.tokens_per_hash
+    ptbs = layout.partial_tail_block_size
+    margin = layout.max_eagle_proof_margin
+    num_search_blocks = 2 if margin else 1  # scheduler.py:1083
+    block_end = complete_boundary + num_search_blocks * ptbs
+    max_boundary = min(s.prompt_tokens - 1, block_end - 1)  # scheduler.py:1087
+    if margin:  # scheduler.py:1088: the proof key needs a hash past the boundary
+        max_boundary = min(max_boundary, (s.prompt_tokens // tph) * tph - margin)
+    if max_num_new_tokens is not None:  # scheduler.py:1095
+        max_boundary = min(max_boundary, local_tokens + max_num_new_tokens)
+    if max_load_tokens is not None:  # scheduler.py:1097
+        max_boundary = min(max_boundary, local_tokens + max_load_tokens)
+    max_boundary = round_down(max_boundary, tph)  # scheduler.py:1102
+    if max_boundary <= complete_boundary:  # scheduler.py:1103
+        return done(complete_hit, reason)
+    bridge_chunk_idx = complete_boundary // ptbs  # scheduler.py:1111
+    bridge_boundary = (bridge_chunk_idx + 1) * ptbs
+    unconfirmed: list[int] = []
+    pending = False
+    if max_boundary >= bridge_boundary:  # scheduler.py:1116: the hit would load the
+        for cfg, g in zip(layout.groups, s.groups, strict=True):  # bridge chunk too
+            if cfg.requires_cow_source:  # scheduler.py:1120
+                continue
+            # scheduler.py:1123 (being-loaded keys tracked only with prefix caching)
+            pending |= s.enable_prefix_caching and bridge_chunk_idx in g.being_loaded
+            if st.hit_end_chunk[cfg.group_idx] <= bridge_chunk_idx:  # scheduler.py:1125
+                unconfirmed.append(cfg.group_idx)
+        for group_idx in unconfirmed:
+            result = mgr.chunk(group_idx, bridge_chunk_idx)  # scheduler.py:1128
+            if result == MISS:  # scheduler.py:1129
+                max_boundary = bridge_boundary - tph
+                break
+            pending |= result != HIT  # scheduler.py:1132
+    bridge_pending = pending
+    for boundary in range(max_boundary, complete_boundary, -tph):  # scheduler.py:1134
+        loads_bridge = boundary >= bridge_boundary
+        hit, boundary_pending = _lookup_partial_tail(
+            layout, s, mgr, boundary, loads_bridge and bridge_pending)
+        if hit:  # scheduler.py:1139
+            return done(boundary - local_tokens, f"partial tail at token {boundary}",
+                        boundary)
+        pending |= boundary_pending
+    if pending and complete_hit == 0:  # scheduler.py:1150
+        return done(None, "a partial-tail key is not ready yet (pending)")
+    return done(complete_hit, reason)
+
+
+def get_num_new_matched_tokens(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
+                               reround_rerun: bool = False, cap_min: bool = False
+                               ) -> tuple[LookupResult, int | None]:
+    """scheduler.py:1210: the connector's answer for a new request (``reround_mamba``:
+    finding 001's fix, semantics ``alt-v033-reround-mamba``; ``cap_min``: finding 003's,
+    ``alt-v033-cap-min``)."""
+    if s.in_flight_transfers:  # scheduler.py:1247: in-flight transfers make it wait
+        return LookupResult(None, (), (), 0, "the request has in-flight transfers"), None
+    if s.skip_reading_prefix_cache:  # scheduler.py:1258
+        return LookupResult(0, (), (), 0, "the request skips reading the prefix cache"), None
+    return lookup(layout, s, reround_mamba, reround_rerun, cap_min)

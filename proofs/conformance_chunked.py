@@ -1,0 +1,152 @@
+"""Pinning the 0.33.0 encoding (``proofs.encoding_chunked``) to ``model/*_chunked.py``: every
+input fixed to a concrete scenario's values, so every term of the encoding simplifies to
+a value (no solver call), and the result is compared with the model
+(``tests/test_conformance_chunked.py``). ``mod`` names the encoding module, so that a test
+can hand in a sabotaged copy and see the comparison fail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import z3
+
+from model import layout_chunked
+from model.layout import Refused
+from model.lookup_chunked import HIT, HIT_PENDING, MISS, RETRY, answer
+from model.scenario import Scenario
+from model.semantics import get_semantics
+from proofs import encoding_chunked as encoding_module
+
+_CODES = {HIT: 0, HIT_PENDING: 1, RETRY: 2, MISS: 3}
+MAX_PASSES = 64
+
+
+def tails_on(s: Scenario, scope: Any = None) -> bool:
+    """Whether ``s`` is in the encoding's partial-tail templates: full attention and one
+    Mamba group with partial tails on, at most ``Scope.hashes_per_block`` hash blocks per
+    block."""
+    scope = scope or encoding_module.SCOPE
+    if sorted(g.kind for g in s.groups) != ["full_attention", "mamba"]:
+        return False
+    try:
+        layout = layout_chunked.resolve_layout(s)
+    except Refused:
+        return False
+    return (layout.supports_partial_tail
+            and layout.partial_tail_block_size <= scope.hashes_per_block
+            * layout.tokens_per_hash)
+
+
+def in_scope(s: Scenario) -> bool:
+    """Whether ``s`` is a request the encoding covers: at most one group of each kind,
+    factor 1, a new request; ``prefix_match_unit`` unset, or set with partial tails on
+    (``tails_on``); partial-tail answers only then."""
+    kinds = [g.kind for g in s.groups]
+    tails = tails_on(s)
+    return (all(kinds.count(k) <= 1 for k in set(kinds)) and s.block_size_factor == 1
+            and (s.hash_block_size is None or tails) and s.output_tokens == 0
+            and s.context_parallel_size == 1 and s.valid_hit is None
+            and (tails or not any(g.stored_tails or g.pending_tails or g.deferred_tails
+                                  for g in s.groups)))
+
+
+@dataclass(frozen=True)
+class Encoded:
+    hit: int | None  # None: deferred
+    passes: int
+    tail: bool  # a partial-tail hit
+    loads: dict[int, tuple[tuple[int, ...], int | None]]  # keys (end tokens), Mamba state
+    violations: frozenset[str]
+    order_holds: bool
+
+
+def _val(e: z3.ExprRef) -> int | bool:
+    v = z3.simplify(e)
+    if z3.is_true(v) or z3.is_false(v):
+        return bool(z3.is_true(v))
+    assert z3.is_int_value(v), f"not a value: {v}"
+    return int(v.as_long())
+
+
+def concrete(s: Scenario, mod: ModuleType = encoding_module) -> tuple[Any, Any, Any]:
+    """The encoding's (scope, config, lookup order) for ``s``."""
+    layout = layout_chunked.resolve_layout(s)
+    tpcs = [c.tokens_per_chunk for c in layout.groups]
+    n = max(s.prompt_tokens // t for t in tpcs)
+    tails = tails_on(s)
+    tph = layout.tokens_per_hash
+    hpb = layout.partial_tail_block_size // tph if tails else 0
+    scope = mod.Scope(chunks=max(1, n), max_bpc=layout.blocks_per_chunk, passes=1,
+                      hashes_per_block=max(2, hpb))
+    iv, bv = z3.IntVal, z3.BoolVal
+    cfg = mod.ChunkConfig(
+        kinds=tuple(g.kind for g in s.groups),
+        gpu=tuple(iv(g.gpu_block_size) for g in s.groups),
+        bpc=iv(layout.blocks_per_chunk),
+        prompt=iv(s.num_tokens), computed=iv(s.num_computed_tokens),
+        window=tuple(None if g.sliding_window is None else iv(g.sliding_window)
+                     for g in s.groups),
+        eagle=tuple(bv(g.eagle) for g in s.groups),
+        prefix_caching=bv(s.enable_prefix_caching),
+        skip_reading=bv(s.skip_reading_prefix_cache), in_flight=bv(s.in_flight_transfers),
+        has_new_cap=bv(s.max_num_new_tokens is not None),
+        new_cap=iv(s.max_num_new_tokens or 0),
+        has_load_cap=bv(s.max_load_tokens is not None),
+        load_cap=iv(s.max_load_tokens or 0),
+        ans=tuple(tuple(iv(_CODES[answer(g, (i + 1) * t, t)]) for i in range(scope.chunks))
+                  for g, t in zip(s.groups, tpcs, strict=True)),
+        loading=tuple(tuple(bv(i in g.being_loaded) for i in range(scope.chunks))
+                      for g in s.groups),
+        tails=tails, tph=iv(tph if tails else 0), hpb=iv(hpb),
+        tail_ans=tuple(tuple(tuple(iv(_CODES[answer(g, c * t + k * tph, t)])
+                                   for k in range(1, scope.hashes_per_block))
+                             for c in range(scope.chunks + 1))
+                       for g, t in zip(s.groups, tpcs, strict=True)) if tails else (),
+    )
+    return scope, cfg, layout.lookup_groups
+
+
+def encode_scenario(s: Scenario, mod: ModuleType = encoding_module) -> Encoded:
+    """The encoding's answer for ``s`` (inputs fixed, the loop run until it ends)."""
+    sem = get_semantics(s.semantics)
+    scope, cfg, order = concrete(s, mod)
+    enc = mod.ChunkEnc(scope)
+    d = mod.derive(enc, cfg, order)
+    assert _val(mod.startup(enc, cfg)), "start-up constraints refuse a scenario model/ takes"
+    st = mod.run_pass(enc, cfg, d, sem, mod.initial_state(enc, cfg, d, sem), z3.BoolVal(False))
+    passes = 1
+    while not _val(mod.finished(st)):
+        assert passes < MAX_PASSES, "the loop does not end"
+        st = mod.run_pass(enc, cfg, d, sem, st, st.next == mod.NEXT_SW)
+        passes += 1
+    r = mod.result_of(enc, cfg, d, st)
+    deferred, hit = _val(r.deferred), _val(r.hit)
+    loads: dict[int, tuple[tuple[int, ...], int | None]] = {}
+    if not deferred and hit:
+        for g, ld in mod.load_plan(enc, cfg, d, r.hit, r.tail, r.tail_q).items():
+            lo, hi, tpc = _val(ld.lo), _val(ld.hi), _val(d.tpc[g])
+            keys = tuple((c + 1) * tpc for c in range(lo, hi))
+            if _val(ld.tail_key):
+                keys += (int(_val(ld.tail_q * cfg.tph)),)
+            state = _val(ld.state) if cfg.kinds[g] == mod.MAMBA and _val(ld.pending) else None
+            loads[g] = (keys, state)
+    violated = frozenset(name for name, f in mod.VIOLATIONS.items()
+                         if _val(f(enc, cfg, d, r)))
+    assert not _val(r.tail_left), "a partial-tail boundary is left past the scope's bound"
+    return Encoded(None if deferred else int(hit), passes, bool(_val(r.tail)), loads,
+                   violated, bool(_val(d.order_holds)))
+
+
+def valid_hits(s: Scenario, mod: ModuleType = encoding_module) -> frozenset[int]:
+    """The hits ``h`` (0 .. prompt) for which the encoding's ``valid_hit`` holds on ``s``
+    (``model.maximality_chunked.is_valid_hit``'s twin; tests/test_maximality_chunked.py)."""
+    scope, cfg, order = concrete(s, mod)
+    enc = mod.ChunkEnc(scope)
+    d = mod.derive(enc, cfg, order)
+    hit = z3.Int("hit")
+    formula = z3.simplify(mod.valid_hit(enc, cfg, d, hit))  # built once, then each hit
+    return frozenset(h for h in range(0, s.num_tokens + 1)
+                     if _val(z3.substitute(formula, (hit, z3.IntVal(h)))))

@@ -1,0 +1,397 @@
+"""Drives vLLM 0.33.0's real ``OffloadingConnectorScheduler``; runs INSIDE that release's
+virtual environment, never in the project's Python. Same protocol as ``harness.py``
+(info / run / bench / quit, one JSON object per line).
+
+0.33.0 reworked the API, hence this separate adapter: the spec is built from an
+``OffloadingConfig`` that the real ``build_offloading_config`` (offloading/config.py)
+makes; the scheduler takes ``(spec, vllm_config, kv_cache_config)``; the manager's
+``lookup`` answers a ``LookupResult``; keys are per chunk and per partial-tail boundary;
+the caps ride on the request's ``kv_transfer_params`` (max_load_tokens) and on the
+``max_num_new_tokens`` argument.
+
+Real objects: VllmConfig/CacheConfig/DeviceConfig/KVTransferConfig, KVCacheConfig with
+FullAttentionSpec/SlidingWindowSpec/MambaSpec groups (``is_eagle_group`` set), the
+engine's ``hash_block_size`` and ``cache_hit_alignment_tokens`` resolution (as
+v1/engine/core.py:347-370 does), ``build_offloading_config`` and its checks, a real
+``OffloadingSpec`` subclass, Request with block hashes from vLLM's own block hasher, the
+scheduler, KVCacheManager.allocate_slots for the load. Stand-ins: the OffloadingManager
+(answers from the case, records keys), the worker side (never called), and
+``model_config``: a namespace with the four fields build_offloading_config reads (name,
+dtype, max_model_len, use_mla=False), since a real ModelConfig needs a model on disk.
+
+Keys are named ``(group, end token)``: the block hash at that token position plus the
+group (``make_offload_key``), for every hash position of the prompt.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from types import SimpleNamespace
+from typing import Any
+
+_PROTO = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+os.environ.setdefault("PYTHONHASHSEED", "0")
+
+import torch  # noqa: E402
+import vllm  # noqa: E402
+from harness_protocol import err, serve  # noqa: E402  (this folder)
+from vllm.config import (  # noqa: E402
+    CacheConfig,
+    DeviceConfig,
+    KVTransferConfig,
+    VllmConfig,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (  # noqa: E402
+    scheduler as sched_mod,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (  # noqa: E402
+    build_offloading_config,
+)
+from vllm.model_executor.models.config import MambaModelConfig  # noqa: E402
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager  # noqa: E402
+from vllm.v1.core.kv_cache_utils import (  # noqa: E402
+    get_request_block_hasher,
+    init_none_hash,
+    resolve_cache_hit_alignment_tokens,
+    resolve_kv_cache_block_sizes,
+)
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    MambaSpec,
+    SlidingWindowSpec,
+)
+from vllm.v1.kv_offload import base as offload_base  # noqa: E402
+from vllm.v1.request import Request  # noqa: E402
+
+# CROSSCHECK_FIX=001: run finding 001's proposed fix (docs/findings/001-fix.diff) instead of
+# the release's method; the model's counterpart is semantics alt-v033-reround-mamba
+# (001b: the completed fix, docs/findings/001-fix-rerun.diff, alt-v033-reround-mamba-rerun)
+FIX = os.environ.get("CROSSCHECK_FIX") or None
+if FIX is not None:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from fix001_chunked import apply_fix  # noqa: E402
+
+    apply_fix(FIX)  # exits naming an unknown fix
+
+VERSION = vllm.__version__
+LR = offload_base.LookupResult
+FAKE_JOB_ID = 1 << 40
+
+
+class CpuSpec(offload_base.LoadStoreSpec):
+    @staticmethod
+    def medium() -> str:
+        return "CPU"
+
+
+class ScenarioManager(offload_base.OffloadingManager):
+    """Stand-in manager: answers ``lookup`` from the case and records keys."""
+
+    def __init__(self) -> None:
+        self.answers: dict[bytes, Any] = {}
+        self.names: dict[bytes, tuple[int, int]] = {}
+        self.looked_up: list[bytes] = []
+        self.loaded: list[bytes] | None = None
+
+    def lookup(self, key, req_context):  # type: ignore[no-untyped-def]
+        self.looked_up.append(key)
+        return self.answers.get(key, LR.MISS)
+
+    def prepare_load(self, keys, req_context):  # type: ignore[no-untyped-def]
+        self.loaded = list(keys)
+        return CpuSpec()
+
+    def prepare_store(self, keys, req_context):  # type: ignore[no-untyped-def]
+        return None
+
+    def on_new_request(self, req_context):  # type: ignore[no-untyped-def]
+        return offload_base.RequestOffloadingContext()
+
+
+class ScenarioSpec(offload_base.OffloadingSpec):
+    manager: ScenarioManager
+
+    def get_manager(self):  # type: ignore[no-untyped-def]
+        return self.manager
+
+    def get_worker(self, kv_caches):  # type: ignore[no-untyped-def]
+        raise NotImplementedError("worker side is not exercised by the cross-check")
+
+
+def _kv_spec(g: dict[str, Any], index: int) -> Any:
+    common = dict(block_size=g["block_size"], num_kv_heads=index + 1, head_size=8,
+                  dtype=torch.float16)
+    if g["kind"] == "full_attention":
+        return FullAttentionSpec(**common)
+    if g["kind"] == "sliding_window":
+        return SlidingWindowSpec(**common, sliding_window=g["sliding_window"])
+    return MambaSpec(
+        block_size=g["block_size"],
+        shapes=((4, 8 * (index + 1)),),
+        dtypes=(torch.float16,),
+        mamba_cache_mode=g["mamba_cache_mode"],
+    )
+
+
+def build_configs(case: dict[str, Any]) -> tuple[Any, Any]:
+    groups = case["groups"]
+    sizes = [g["block_size"] for g in groups]
+    cache_kwargs: dict[str, Any] = dict(
+        block_size=min(sizes), enable_prefix_caching=case["enable_prefix_caching"])
+    if case.get("hash_block_size") is not None:
+        cache_kwargs["prefix_match_unit"] = case["hash_block_size"]
+    modes = [g["mamba_cache_mode"] for g in groups if g["kind"] == "mamba"]
+    if modes:  # CacheConfig validates the mode (config/cache.py:176: align or none)
+        cache_kwargs["mamba_cache_mode"] = modes[0]
+    cache_config = CacheConfig(**cache_kwargs)
+    vllm_config = VllmConfig(
+        device_config=DeviceConfig("cpu"),
+        cache_config=cache_config,
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="OffloadingConnector",
+            kv_role="kv_both",
+            engine_id="crosscheck",
+            kv_connector_extra_config=dict(case["extra_config"]),
+        ),
+    )
+    if modes:
+        # the real MambaModelConfig sets the mode from enable_prefix_caching
+        # (model_executor/models/config.py:763-785); a model builds its MambaSpec from it
+        vllm_config.model_config = _model_config(case)
+        MambaModelConfig.verify_and_update_config(vllm_config)
+        mode = vllm_config.cache_config.mamba_cache_mode
+        if any(m != mode for m in modes):
+            raise ValueError(f"MambaModelConfig runs Mamba in mode {mode!r}, the case "
+                             f"asks for {modes}")
+    # v1/engine/core.py:347: the smallest (prefix-cacheable) group block size
+    vllm_config.cache_config.block_size = min(sizes)
+    group_specs = [
+        KVCacheGroupSpec(layer_names=[f"layer.{i}"], kv_cache_spec=_kv_spec(g, i),
+                         is_eagle_group=bool(g.get("eagle", False)))
+        for i, g in enumerate(groups)
+    ]
+    num_blocks = 16 + sum(-(-case["prompt_tokens"] // s) + 4 for s in sizes)
+    kv_cache_config = KVCacheConfig(
+        num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=group_specs)
+    # v1/engine/core.py:356-370: the engine resolves these onto the config
+    sched_bs, hash_bs = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+    kv_cache_config.hash_block_size = hash_bs
+    kv_cache_config.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
+        kv_cache_config, vllm_config, sched_bs, hash_bs)
+    return vllm_config, kv_cache_config
+
+
+_HASH_READY: set[str] = set()
+
+
+def make_request(case: dict[str, Any], vllm_config: Any, kv_cache_config: Any,
+                 req_id: str = "req-0") -> Any:
+    _, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+    algo = vllm_config.cache_config.prefix_caching_hash_algo
+    hash_fn = get_hash_fn_by_name(algo)
+    if algo not in _HASH_READY:
+        init_none_hash(hash_fn)
+        _HASH_READY.add(algo)
+    hasher = get_request_block_hasher(hash_block_size, hash_fn)
+    extra_args = None
+    if case.get("max_load_tokens") is not None:
+        extra_args = {"kv_transfer_params": {"max_load_tokens": case["max_load_tokens"]}}
+    params = SamplingParams(
+        max_tokens=1, skip_reading_prefix_cache=case["skip_reading_prefix_cache"],
+        extra_args=extra_args)
+    return Request(
+        request_id=req_id,
+        prompt_token_ids=[(7 * t + 3) % 30000 for t in range(case["prompt_tokens"])],
+        sampling_params=params,
+        pooling_params=None,
+        block_hasher=hasher,
+    )
+
+
+def _model_config(case: dict[str, Any]) -> Any:
+    """The stand-in model config (see the module doc)."""
+    return SimpleNamespace(model="crosscheck", dtype=torch.float16, use_mla=False,
+                           architecture="crosscheck",
+                           max_model_len=case["prompt_tokens"] + 64)
+
+
+def setup(case: dict[str, Any]) -> tuple[Any, Any, Any, ScenarioManager, Any]:
+    vllm_config, kv_cache_config = build_configs(case)
+    vllm_config.model_config = _model_config(case)
+    config = build_offloading_config(vllm_config, kv_cache_config)
+    spec = ScenarioSpec(config)
+    manager = ScenarioManager()
+    spec.manager = manager
+    scheduler = sched_mod.OffloadingConnectorScheduler(spec, vllm_config, kv_cache_config)
+    return vllm_config, kv_cache_config, spec, manager, scheduler
+
+
+def key_names(scheduler: Any, request: Any) -> dict[bytes, tuple[int, int]]:
+    """Every key the request could be asked about: each hash position, each group."""
+    tph = scheduler.config.tokens_per_hash
+    names: dict[bytes, tuple[int, int]] = {}
+    for cfg in scheduler.config.kv_group_configs:
+        for i, h in enumerate(request.block_hashes):
+            names[offload_base.make_offload_key(h, cfg.group_idx)] = (
+                cfg.group_idx, (i + 1) * tph)
+    return names
+
+
+def _answer(store: dict[str, Any], end: int, tpc: int) -> Any:
+    chunk = end // tpc - 1 if end % tpc == 0 else None
+    if (chunk is not None and chunk in store["deferred"]) or end in store["deferred_tails"]:
+        return LR.RETRY
+    if (chunk is not None and chunk in store["pending"]) or end in store["pending_tails"]:
+        return LR.HIT_PENDING
+    stored = chunk is not None and (store["stored"] is None or chunk in store["stored"])
+    if stored or end in store["stored_tails"]:
+        return LR.HIT
+    return LR.MISS
+
+
+def run_case(case: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"version": VERSION, "refused": None}
+    try:
+        vllm_config, kv_cache_config, spec, manager, scheduler = setup(case)
+    except (AssertionError, ValueError, TypeError) as e:
+        out["refused"] = err(e)
+        return out
+    request = make_request(case, vllm_config, kv_cache_config)
+    names = key_names(scheduler, request)
+    manager.names = names
+    tpc = {c.group_idx: c.tokens_per_chunk for c in scheduler.config.kv_group_configs}
+    for key, (g, end) in names.items():
+        manager.answers[key] = _answer(case["store"][g], end, tpc[g])
+    scheduler.on_new_request(request)
+    if case["being_loaded"] and scheduler._chunks_being_loaded is not None:
+        inv = {v: k for k, v in names.items()}
+        for g, i in case["being_loaded"]:
+            name = (g, (i + 1) * tpc[g])
+            if name in inv:
+                scheduler._chunks_being_loaded.add(inv[name])
+    state = scheduler._req_status[request.request_id]
+    if case["in_flight_transfers"]:
+        state.transfer_jobs.add(FAKE_JOB_ID)
+    num_computed = case["num_computed_tokens"]
+    t0 = time.perf_counter()
+    try:
+        hit, load_async = scheduler.get_num_new_matched_tokens(
+            request, num_computed, max_num_new_tokens=case.get("max_num_new_tokens"))
+    except AssertionError as e:
+        out["lookup_error"] = err(e)
+        hit, load_async = None, False
+    out["t_lookup"] = time.perf_counter() - t0
+    out["hit"] = hit
+    out["async"] = bool(load_async)
+    out["lookups"] = [list(names.get(k, (-1, -1))) for k in manager.looked_up]
+    out["tail_boundary"] = state.partial_tail_boundary
+    if not any(gs.offload_keys for gs in state.group_states):
+        state.update_offload_keys()
+    # our chunk keys must be the scheduler's own (RequestOffloadState.offload_keys)
+    own = [[names.get(k) for k in gs.offload_keys] for gs in state.group_states]
+    mine = [[(c.group_idx, (i + 1) * c.tokens_per_chunk)
+             for i in range(case["prompt_tokens"] // c.tokens_per_chunk)]
+            for c in scheduler.config.kv_group_configs]
+    out["keys_ok"] = own == mine
+    out["loads"] = None
+    if hit:
+        out.update(load_plan(case, kv_cache_config, spec, manager, scheduler, request, hit))
+    return out
+
+
+def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: ScenarioManager,
+              scheduler: Any, request: Any, hit: int) -> dict[str, Any]:
+    """Allocate as Scheduler.schedule does for an async load and read the keys
+    update_state_after_alloc passes to prepare_load."""
+    num_computed = case["num_computed_tokens"]
+    # resolve_kv_cache_block_sizes' scheduler block size (the lcm; no DCP here)
+    sched_bs = math.lcm(*[g["block_size"] for g in case["groups"]])
+    hash_bs = kv_cache_config.hash_block_size
+    try:
+        kvm = KVCacheManager(
+            kv_cache_config,
+            max_model_len=case["prompt_tokens"] + 64,
+            scheduler_block_size=sched_bs,
+            hash_block_size=hash_bs,
+            # as the engine: caching follows enable_prefix_caching (with it off there is
+            # no GPU prefix hit, and MambaManager asserts mode align whenever it is on)
+            enable_caching=case["enable_prefix_caching"],
+        )
+        pool = kvm.block_pool
+        computed: list[list[Any]] = []
+        for g, group in enumerate(kv_cache_config.kv_cache_groups):
+            bs = group.kv_cache_spec.block_size
+            n = num_computed // bs
+            blocks = pool.get_new_blocks(n) if n else []
+            if n:
+                pool.cache_full_blocks(request, blocks, 0, n, bs, g)
+            computed.append(blocks)
+        for blocks in computed:
+            pool.free_blocks(list(reversed(blocks)))
+        new_computed = KVCacheBlocks(tuple(computed)) if num_computed else None
+        blocks = kvm.allocate_slots(
+            request,
+            0,
+            num_new_computed_tokens=num_computed,
+            new_computed_blocks=new_computed,
+            num_external_computed_tokens=hit,
+            delay_cache_blocks=True,
+        )
+        if blocks is None:
+            return {"load_error": "allocate_slots returned None (pool too small)"}
+        scheduler.update_state_after_alloc(request, kvm.get_blocks(request.request_id), hit)
+    except AssertionError as e:
+        return {"load_error": err(e)}
+    # the GPU side the worker copies into (GPULoadStoreSpec: blocks per group, first index)
+    jobs = list(scheduler._current_batch_load_jobs.values())
+    gpu = None
+    if len(jobs) == 1:
+        spec_ = jobs[0].dst_spec
+        gpu = [list(spec_.group_sizes), list(spec_.block_indices)]
+    loads: list[list[Any]] = [[g, []] for g in range(len(case["groups"]))]
+    unknown = 0
+    for key in manager.loaded or []:
+        name = manager.names.get(key)
+        if name is None:
+            unknown += 1
+        else:
+            loads[name[0]][1].append(name[1])
+    return {"loads": loads, "unknown_load_keys": unknown, "gpu": gpu}
+
+
+def bench(case: dict[str, Any], n: int) -> dict[str, Any]:
+    vllm_config, kv_cache_config, spec, manager, scheduler = setup(case)
+    requests = [make_request(case, vllm_config, kv_cache_config, f"b{i}") for i in range(n)]
+    for key in key_names(scheduler, requests[0]):
+        manager.answers[key] = LR.HIT
+    num_computed = case["num_computed_tokens"]
+    hit = None
+    per_call = []
+    clock = time.perf_counter
+    for r in requests:
+        t0 = clock()
+        scheduler.on_new_request(r)
+        hit, _ = scheduler.get_num_new_matched_tokens(r, num_computed)
+        per_call.append(clock() - t0)
+    per_call.sort()
+    return {"seconds": sum(per_call), "calls": n, "hit": hit,
+            "median": per_call[len(per_call) // 2]}
+
+
+def main() -> None:
+    serve(_PROTO, {"version": VERSION, "fix": FIX,
+                            "scheduler_file": sched_mod.__file__}, run_case, bench)
+
+
+if __name__ == "__main__":
+    main()
