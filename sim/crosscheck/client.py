@@ -37,7 +37,7 @@ class RealScheduler:
         """``overlay``: a directory from ``tree.build_overlay``, put first on the
         harness's ``PYTHONPATH``; no bytecode is written (the release's env stays as is).
         ``harness``: another adapter speaking the same protocol (default: the
-        scheduler harness for ``version``), e.g. ``adapters/tier_v033.py``."""
+        scheduler harness for ``version``), e.g. ``adapters/tier_manager.py``."""
         self.version = version
         self.semantics = semantics or semantics_for(version)
         self.fix = fix_for(version, self.semantics)

@@ -2,7 +2,7 @@
 0.33.0's real ``CPUOffloadingManager``, event by event.
 
 Each generated sequence (``tier_gen``) is replayed by the model here and by the real
-manager in the release's environment (``adapters/tier_v033.py``, over the JSON-lines
+manager in the release's environment (``adapters/tier_manager.py``, over the JSON-lines
 protocol of ``client.RealScheduler``); after every event the answer and the whole tier
 state must be equal. Prints per policy the sequences and events compared, the mix of
 answers seen, the time, and every disagreement (the first differing event of a
@@ -30,7 +30,7 @@ from sim.crosscheck.tier_gen import generate
 from sim.progress import ProgressBar
 from sim.tier import POLICIES
 
-ADAPTER = Path(__file__).resolve().parent / "adapters" / "tier_v033.py"
+ADAPTER = Path(__file__).resolve().parent / "adapters" / "tier_manager.py"
 BATCH = 50  # sequences per harness call
 
 

@@ -5,7 +5,7 @@ An event is one call the offloading connector makes into ``CPUOffloadingManager`
 prepare_load, ``load_done``: complete_load, ``store``: prepare_store, ``store_done``:
 complete_store, ``finish``: on_request_finished, ``reset``: reset_cache) or the
 scheduler recording key positions in a request's ``ReqContext`` (``pos``,
-scheduler.py:426 / :1065). The real side (``adapters/tier_v033.py``) replays the same
+scheduler.py:426 / :1065). The real side (``adapters/tier_manager.py``) replays the same
 JSON and reports the same observation: the answer and the tier's whole state after the
 event (``sim.tier.TierView``). Both sides report a failed vLLM assertion as
 ``{"error": "AssertionError"}`` and go on.
