@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.semantics import CHUNKED_SEMANTICS
+from model.semantics import CHUNKED_SEMANTICS, SEMANTICS
 from sim.cli import main
 from sim.tier import OffloadPolicy, TierConfig
 from sim.tier_layouts import LAYOUTS
@@ -92,7 +92,7 @@ def test_sim_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     (["--layout", "nope"], "--layout"),
     (["--tier-chunks", "0"], "--tier-chunks"),
     (["--tier-policy", "fifo"], "--tier-policy"),
-    (["--semantics", f"{RELEASE},vllm-0.24.0"], "--semantics"),
+    (["--semantics", f"{RELEASE},{next(iter(SEMANTICS))}"], "--semantics"),
 ])
 def test_bad_input_names_the_flag(argv: list[str], flag: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:
