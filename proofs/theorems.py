@@ -13,6 +13,7 @@ from functools import partial
 
 import z3
 
+import releases
 from model.semantics import Semantics
 from proofs.encoding import (
     FA,
@@ -288,8 +289,6 @@ class Theorem:
     words: str
     violation: Callable[[Context], z3.BoolRef] | None  # None: termination
     preconditions: tuple[str, ...]
-    # per semantics: True = expected to hold
-    expected: dict[str, bool]
     # whether the property needs the store facts of the loop's summary
     uses_store: bool = True
     # whether the property needs only that the hit ends on a Mamba alignment boundary
@@ -298,38 +297,38 @@ class Theorem:
     split: bool = False
     # split further: the loaded blocks lie within the confirmed ones (arithmetic only)
     containment: bool = False
-    # per semantics: expected to hold over every layout the release's start-up checks
-    # accept (no precondition); None: as ``expected``
-    accepted: dict[str, bool] | None = None
-    # per semantics: preconditions other than ``preconditions`` (vLLM 0.33.0's rows)
-    preconditions_by: dict[str, tuple[str, ...]] | None = None
+
+    # Expectations are declared by each semantics' module (``releases``), as a delta
+    # over its parent's; the theorem reads them there.
+
+    @property
+    def expected(self) -> dict[str, bool]:
+        """Per semantics the theorem covers: True = expected to hold under its
+        preconditions."""
+        return {n: s.expect[self.name].holds for n, s in releases.all_semantics().items()
+                if self.name in s.expect}
+
+    def _expect(self, semantics: str) -> releases.Expect:
+        return releases.get(semantics).expect[self.name]
 
     def holds_over_accepted(self, semantics: str) -> bool:
-        return (self.expected if self.accepted is None else self.accepted)[semantics]
+        """Expected to hold over every layout the release's start-up checks accept."""
+        e = self._expect(semantics)
+        return e.holds if e.accepted is None else e.accepted
 
     def pre(self, semantics: str) -> tuple[str, ...]:
         """The preconditions the theorem is checked under on ``semantics``."""
-        return (self.preconditions_by or {}).get(semantics, self.preconditions)
+        e = self._expect(semantics)
+        return self.preconditions if e.pre is None else e.pre
 
     def covers(self, semantics: str) -> bool:
         """Whether ``python -m proofs`` checks the theorem on ``semantics``."""
-        return semantics in self.expected
+        return self.name in releases.get(semantics).expect
 
 
-ALL_SEMANTICS = ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit", "alt-cache-config-block-size")
-# vLLM 0.33.0 and finding 001's two fixes: proved by the bounded exact encoding
-# (proofs/encoding_chunked.py; its scope, Scope.words, stands beside every verdict)
-V033 = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
-        "alt-v033-cap-min")
-# finding 003's fix on top of 0.33.0 as released (finding 001 not fixed)
-CAP_MIN = "alt-v033-cap-min"
 # the engine's request rules: every result assumes them (proofs.check.check), and the
 # counterexample search never leaves them out
 RUNTIME = ("gpu-hit-aligned", "gpu-hit-leaves-last-token", "gpu-hit-needs-prefix-caching")
-
-
-def _holds_on(*names: str, v033: bool = True) -> dict[str, bool]:
-    return {s: s in names for s in ALL_SEMANTICS + (V033 if v033 else ())}
 
 
 THEOREMS: dict[str, Theorem] = {
@@ -341,35 +340,22 @@ THEOREMS: dict[str, Theorem] = {
             "saved exactly at num_computed_tokens + hit.",
             violates_no_partial_state,
             ("mamba-mode-not-all", "align-divides-blocks"),
-            _holds_on("vllm-0.24.0", *V033),
             uses_store=False,
             aligned=True,
-            # finding 001: 0.33.0 (and finding 003's fix of it) fails over the layouts it
-            # accepts; both fixes of finding 001 hold
-            accepted=_holds_on(*V033[1:3]),
-            preconditions_by={"vllm-0.33.0": ("align-divides-blocks",),
-                              CAP_MIN: ("align-divides-blocks",),
-                              **{s: () for s in V033[1:3]}},
         ),
         Theorem(
             "loads-stored-only",
             "Every block the load reads is held by the store.",
             violates_loads_stored_only,
             ("same-block-size",),
-            _holds_on("vllm-0.23.0", "vllm-0.24.0", *V033),
             split=True,
             containment=True,
-            # finding 001's proposed fix can load a window chunk the store lacks
-            accepted=_holds_on("vllm-0.33.0", "alt-v033-reround-mamba-rerun", CAP_MIN),
-            preconditions_by={"vllm-0.33.0": (), "alt-v033-reround-mamba-rerun": (),
-                              CAP_MIN: ()},
         ),
         Theorem(
             "leaves-last-token",
             "With sliding-window or Mamba groups the hit ends before the last prompt token.",
             violates_leaves_last_token,
             (),
-            _holds_on(*ALL_SEMANTICS, *V033),
             uses_store=False,
         ),
         Theorem(
@@ -377,13 +363,7 @@ THEOREMS: dict[str, Theorem] = {
             "A non-zero hit is at least one offloaded block of every group.",
             violates_whole_blocks,
             ("same-block-size",),
-            _holds_on(*ALL_SEMANTICS, *V033),
             uses_store=False,
-            accepted=_holds_on(),
-            # finding 002 (not a bug): on 0.33.0 only a full-attention chunk larger than
-            # every sliding-window and Mamba chunk, or two full-attention chunk sizes
-            # without either, let the hit end inside it
-            preconditions_by={s: ("full-chunk-within-windowed",) for s in V033},
         ),
         Theorem(
             "termination",
@@ -391,19 +371,12 @@ THEOREMS: dict[str, Theorem] = {
             "max_hit_size_tokens, which stays above num_computed_tokens while the loop runs.",
             None,
             (),
-            _holds_on(*ALL_SEMANTICS, *V033),
         ),
         Theorem(
             "maximality",
             "No larger hit than the one returned would keep the invariants for the same store.",
             None,  # built in proofs.check (it needs the candidate in the invariant)
             ("no-eagle", "window-not-one-past-blocks"),
-            # 0.33.0 (complete chunks, model/maximality_chunked.py): an EAGLE group's pop
-            # and a binding cap each give hit tokens away; finding 003's fix keeps the cap's
-            _holds_on("vllm-0.23.0", "vllm-0.24.0", *V033),
-            accepted=_holds_on(),
-            preconditions_by={**{s: ("no-eagle", "caps-reach-prompt") for s in V033[:3]},
-                              CAP_MIN: ("no-eagle",)},
         ),
     )
 }

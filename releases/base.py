@@ -1,0 +1,117 @@
+"""What a registered semantics is: a vLLM release or a fix of one, as a frozen record.
+
+A release or fix module (``releases/<name>.py``) builds one ``Semantics`` with ``child``:
+it names its parent and states only what differs from it — flags, the steps it
+overrides (``ChunkSteps``), the theorems' expectations (``Expect``) — as consensus-specs
+builds a fork on its predecessor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Literal
+
+from releases import steps
+from releases.arith import Arith
+
+AlignAt = Literal["none", "max_hit", "num_hit"]
+AlignFrom = Literal["groups", "cache_config"]
+Kind = Literal["release", "fix", "alternative"]
+
+LastToken = Callable[[Arith, Any, Any], Any]
+AfterCut = Callable[[Arith, Any, Any, Any, str], Any]
+
+
+@dataclass(frozen=True)
+class ChunkSteps:
+    """The chunked lookup's steps a fix may override (``releases.steps``)."""
+
+    # max_hit_size_tokens after the caps, for the recomputed last prompt token (:876)
+    last_token: LastToken = steps.last_token_subtract
+    # max_hit_size_tokens after each group's cut (:914, :988)
+    after_cut: AfterCut = steps.keep_after_cut
+
+
+@dataclass(frozen=True)
+class Expect:
+    """A theorem's expected verdict on one semantics.
+
+    ``holds``: under its preconditions; ``accepted``: over every layout the release's
+    start-up checks accept (None: as ``holds``); ``pre``: the preconditions it is checked
+    under (None: the theorem's own)."""
+
+    holds: bool
+    accepted: bool | None = None
+    pre: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Semantics:
+    name: str
+    # the release whose code (and line numbers) the steps follow; its vLLM pin
+    base_version: str
+    # where the Mamba alignment is applied: nowhere (0.23.0), to max_hit_size_tokens
+    # before the loop (0.24.0, scheduler.py:470), or to num_hit_tokens after it
+    align_at: AlignAt
+    # where the alignment size comes from: the KV-cache groups (resolve_mamba_align_size,
+    # scheduler.py:108) or cache_config.mamba_block_size (the scenario's mamba_block_size)
+    align_from: AlignFrom
+    # 0.24.0 additions beside the fix
+    eagle: bool  # EAGLE groups look up and pop one extra block (scheduler.py:515-554)
+    skip_reading_check: bool  # request.skip_reading_prefix_cache gives 0 (scheduler.py:673)
+    in_flight_check: bool  # in-flight transfers defer the request (scheduler.py:662)
+    align_assert: bool  # Mamba align groups must agree on the size (scheduler.py:121)
+    summary: str
+    kind: Kind = "release"
+    # the semantics this one is built on (None: the first modelled release)
+    parent: str | None = None
+    # 0.33.0's reworked scheduler: chunks, partial tails, caps, LookupResult answers
+    # (model/*_chunked.py instead of the block lookup's modules)
+    chunked: bool = False
+    # the chunked lookup's overridable steps
+    steps: ChunkSteps = ChunkSteps()
+    # finding 001's completed fix: when the round-down after a cut lowers a sliding-window
+    # group's confirmed window, the sliding-window groups are looked up again
+    reround_rerun: bool = False
+    # the finding a fix answers and its diff against the parent release's source
+    finding: str | None = None
+    fix_diff: str | None = None
+    # theorem name -> expected verdict (a child inherits its parent's and overrides some)
+    expect: Mapping[str, Expect] = field(default_factory=lambda: MappingProxyType({}),
+                                         hash=False)
+
+    @property
+    def family(self) -> str:
+        """Which lookup the semantics runs: ``block`` (0.23/0.24) or ``chunked`` (0.33)."""
+        return "chunked" if self.chunked else "block"
+
+    @property
+    def reround_mamba(self) -> bool:
+        """Whether the bound is rounded to the Mamba align size again after each cut."""
+        return self.steps.after_cut is not steps.keep_after_cut
+
+    @property
+    def cap_min(self) -> bool:
+        """Whether the last-token rule is finding 003's minimum (being replaced by the
+        step itself at every call site)."""
+        return self.steps.last_token is steps.last_token_min
+
+    @property
+    def version(self) -> str:
+        """The vLLM release whose real scheduler judges it (a fix: with its diff)."""
+        return self.base_version
+
+
+def child(parent: Semantics, *, name: str, summary: str, kind: Kind,
+          expect: Mapping[str, Expect] | None = None, **changes: Any) -> Semantics:
+    """``parent`` with ``changes``, named ``name``: its expectations are the parent's with
+    ``expect`` laid over them."""
+    merged = MappingProxyType({**parent.expect, **(expect or {})})
+    return replace(parent, name=name, summary=summary, kind=kind, parent=parent.name,
+                   expect=merged, **changes)
+
+
+def root(expect: Mapping[str, Expect], **fields: Any) -> Semantics:
+    return Semantics(expect=MappingProxyType(dict(expect)), **fields)

@@ -1,0 +1,39 @@
+"""The lookup steps that releases and fixes override, each written once over ``Arith``.
+
+A release module names the step it uses (``releases.base.ChunkSteps``); ``model/`` runs it
+on integers, ``proofs/`` on Z3 terms. Lines are vLLM 0.33.0's
+``offloading/scheduler.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from releases.arith import Arith
+
+
+def last_token_subtract(a: Arith, max_hit: Any, num_tokens: Any) -> Any:
+    """scheduler.py:876: with sliding-window or Mamba groups the last prompt token is
+    recomputed, so one token comes off the bound after the caps (a cap below the prompt
+    end loses a token too: finding 003)."""
+    return max_hit - 1
+
+
+def last_token_min(a: Arith, max_hit: Any, num_tokens: Any) -> Any:
+    """Finding 003's fix (docs/findings/003-fix.diff): the bound is at most
+    ``num_tokens - 1``, as the partial-tail search takes it (scheduler.py:1087); a cap
+    below the prompt end keeps its value."""
+    return a.min(max_hit, num_tokens - 1)
+
+
+def keep_after_cut(a: Arith, max_hit: Any, align_on: Any, align: Any, label: str) -> Any:
+    """vLLM 0.33.0: after a group's cut (scheduler.py:914, :988) the bound is not rounded
+    to the Mamba align size again."""
+    return max_hit
+
+
+def reround_after_cut(a: Arith, max_hit: Any, align_on: Any, align: Any, label: str) -> Any:
+    """Finding 001's fix (docs/findings/001-fix.diff): after each group's cut the bound is
+    rounded down to the Mamba align size again, so a group whose chunk is not a multiple
+    of the Mamba chunk cannot leave it between two Mamba boundaries."""
+    return a.ite(align_on, a.round_down(max_hit, align, label), max_hit)
