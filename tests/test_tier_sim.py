@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.semantics import CHUNKED_SEMANTICS, SEMANTICS
+import releases
 from sim.cli import main
 from sim.tier import OffloadPolicy, TierConfig
 from sim.tier_layouts import LAYOUTS
@@ -19,9 +19,10 @@ from sim.tier_store import StoreGroup, after_load, after_offer, chunk_offer, sto
 from sim.workload import Request, TokenSeq
 
 ROOT = Path(__file__).resolve().parents[1]
-# the release and finding 001's completed fix, by their flags (no new name literals)
-RELEASE = next(n for n, s in CHUNKED_SEMANTICS.items() if n.endswith(s.base_version))
-FIX = next(n for n, s in CHUNKED_SEMANTICS.items() if s.reround_rerun)
+# the release and finding 001's completed fix, from the registry (no new name literals)
+(RELEASE,) = releases.names(family="chunked", kind="release")
+FIX = next(n for n in releases.fixes(finding="001") if releases.get(n).reround_rerun)
+BLOCK = releases.names(family="block")[0]
 TINY = LAYOUTS["nemotronh-swa-tiny-flashinfer"]
 
 
@@ -92,7 +93,7 @@ def test_sim_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     (["--layout", "nope"], "--layout"),
     (["--tier-chunks", "0"], "--tier-chunks"),
     (["--tier-policy", "fifo"], "--tier-policy"),
-    (["--semantics", f"{RELEASE},{next(iter(SEMANTICS))}"], "--semantics"),
+    (["--semantics", f"{RELEASE},{BLOCK}"], "--semantics"),
 ])
 def test_bad_input_names_the_flag(argv: list[str], flag: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:

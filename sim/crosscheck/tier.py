@@ -35,12 +35,12 @@ BATCH = 50  # sequences per harness call
 
 
 def tier_release() -> str:
-    """The release whose CPU tier ``sim.tier`` models: the one base of the chunked
-    semantics (``model.semantics``)."""
-    from model.semantics import CHUNKED_SEMANTICS
+    """The release whose CPU tier ``sim.tier`` models: the chunked family's one release
+    in the registry (``releases``)."""
+    import releases
 
-    (version,) = {s.base_version for s in CHUNKED_SEMANTICS.values()}
-    return version
+    (name,) = releases.names(family="chunked", kind="release")
+    return releases.get(name).base_version
 
 
 @dataclass(frozen=True)
