@@ -101,3 +101,26 @@ def test_bad_input_names_the_flag(argv: list[str], flag: str,
     assert main(base + argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and flag in err[0]
+
+
+def test_gpu_workload_predictions_and_comparison(tmp_path: Path) -> None:
+    # sim/gpu/tier_workload.py's CPU side (issue 25 item 4, prepared): predictions, then a
+    # "real" result equal to them compares clean and one changed request does not
+    from sim.gpu import tier_workload
+
+    pred = tmp_path / "p.json"
+    assert tier_workload.main(["predict", "--out", str(pred), "--requests", "240"]) == 0
+    rows = json.loads(pred.read_text())["requests"]
+    assert len(rows) == 240 and any(r["predicted"]["differs"] for r in rows)
+    real = {"requests": [
+        {"rid": r["rid"], "hit": r["predicted"]["hit"],
+         "mamba_loads": ([{"serves": [0, r["predicted"]["hit"]],
+                           "state_at": r["predicted"]["state_from"]}]
+                         if r["predicted"]["state_from"] is not None else []),
+         "equal_to_cold": not r["predicted"]["differs"]} for r in rows]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(real))
+    assert tier_workload.main(["compare", "--predicted", str(pred), "--real", str(path)]) == 0
+    real["requests"][0]["equal_to_cold"] = not real["requests"][0]["equal_to_cold"]
+    path.write_text(json.dumps(real))
+    assert tier_workload.main(["compare", "--predicted", str(pred), "--real", str(path)]) == 1
