@@ -124,3 +124,17 @@ def test_gpu_workload_predictions_and_comparison(tmp_path: Path) -> None:
     real["requests"][0]["equal_to_cold"] = not real["requests"][0]["equal_to_cold"]
     path.write_text(json.dumps(real))
     assert tier_workload.main(["compare", "--predicted", str(pred), "--real", str(path)]) == 1
+
+
+@pytest.mark.parametrize("workload", ["rag", "agent"])
+def test_new_workloads_are_deterministic_and_share_prefixes(workload: str) -> None:
+    from sim.workload import make_trace
+
+    a = make_trace(workload, 200, 3, 16)
+    b = make_trace(workload, 200, 3, 16)
+    assert [(r.arrival, r.prompt_len, r.reply_len) for r in a] == \
+        [(r.arrival, r.prompt_len, r.reply_len) for r in b]
+    assert all(np.array_equal(x.seq.tokens, y.seq.tokens) for x, y in zip(a, b, strict=True))
+    # every request opens with the workload's shared prompt (its first hash block)
+    firsts = {r.seq.hashes_upto(1)[0] for r in a}
+    assert len(firsts) == 1
