@@ -147,3 +147,17 @@ def test_generated_sequences_are_deterministic_and_valid(policy: str) -> None:
         assert not any(isinstance(o["answer"], dict) and "error" in o["answer"] for o in obs)
         last = obs[-1]["view"]
         assert len(last["held"]) <= case.config.num_chunks
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--policy", "fifo"], "--policy"), (["--sequences", "0"], "--sequences"),
+    (["--seed", "-1"], "--seed")])
+def test_crosscheck_bad_input_names_the_flag(argv: list[str], flag: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from sim.crosscheck.tier import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0]

@@ -199,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="where disagreeing sequences are written")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
+    if args.out.exists() and not args.out.is_dir():
+        ap.error(f"argument --out: {args.out} exists and is not a directory")
     tallies = run(args.policy, args.sequences, args.seed, args.out, not args.no_progress)
     for t in tallies:
         print(report(t))
