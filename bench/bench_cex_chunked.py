@@ -22,25 +22,29 @@ import z3
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import releases  # noqa: E402
 from model.semantics import get_semantics  # noqa: E402
 from proofs import check_chunked, encoding_chunked  # noqa: E402
 from proofs.check import _Pinner as Bisect  # noqa: E402
 
+STOCK, FIX, RERUN, CAP_MIN = (releases.newest("chunked").name, releases.fix_for("001").name,
+                              releases.fix_for("001", completed=True).name,
+                              releases.fix_for("003").name)
 # (theorem, semantics, preconditions assumed, the files under docs/counterexamples/)
 SEARCHES: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("no-partial-state", "vllm-0.33.0", (), ("accepted", "without-align-divides-blocks")),
-    ("no-partial-state", "alt-v033-cap-min", (), ("accepted",)),
-    ("loads-stored-only", "alt-v033-reround-mamba", (), ("accepted",)),
-    ("whole-blocks", "vllm-0.33.0", (), ("accepted", "without-full-chunk-within-windowed")),
-    ("whole-blocks", "alt-v033-reround-mamba", (), ("accepted",)),
-    ("whole-blocks", "alt-v033-reround-mamba-rerun", (), ("accepted",)),
-    ("whole-blocks", "alt-v033-cap-min", (), ("accepted",)),
-    ("maximality", "vllm-0.33.0", ("caps-reach-prompt",), ("without-no-eagle",)),
-    ("maximality", "vllm-0.33.0", ("no-eagle",), ("without-caps-reach-prompt",)),
-    ("maximality", "vllm-0.33.0", (), ("accepted",)),
-    ("maximality", "alt-v033-reround-mamba", (), ("accepted",)),
-    ("maximality", "alt-v033-reround-mamba-rerun", (), ("accepted",)),
-    ("maximality", "alt-v033-cap-min", (), ("accepted",)),
+    ("no-partial-state", STOCK, (), ("accepted", "without-align-divides-blocks")),
+    ("no-partial-state", CAP_MIN, (), ("accepted",)),
+    ("loads-stored-only", FIX, (), ("accepted",)),
+    ("whole-blocks", STOCK, (), ("accepted", "without-full-chunk-within-windowed")),
+    ("whole-blocks", FIX, (), ("accepted",)),
+    ("whole-blocks", RERUN, (), ("accepted",)),
+    ("whole-blocks", CAP_MIN, (), ("accepted",)),
+    ("maximality", STOCK, ("caps-reach-prompt",), ("without-no-eagle",)),
+    ("maximality", STOCK, ("no-eagle",), ("without-caps-reach-prompt",)),
+    ("maximality", STOCK, (), ("accepted",)),
+    ("maximality", FIX, (), ("accepted",)),
+    ("maximality", RERUN, (), ("accepted",)),
+    ("maximality", CAP_MIN, (), ("accepted",)),
 )
 VARIANTS: dict[str, type[Bisect]] = {"upward": check_chunked.Least, "bisect": Bisect}
 

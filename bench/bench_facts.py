@@ -1,4 +1,4 @@
-"""The spec's facts (``proofs.spec.collect_facts``), old tree against this one, side by side:
+"""The spec's facts (``publish.facts.collect_facts``), old tree against this one, side by side:
 CPU seconds per fact part and whether every part's result is the same, byte for byte.
 
     python bench/bench_facts.py [--base REF | --base-dir DIR] [--reps N] [--parts sim|all]
@@ -7,7 +7,8 @@ CPU seconds per fact part and whether every part's result is the same, byte for 
 The base tree is ``git archive REF`` (default ``main``) unpacked in a temporary folder, or
 the folder ``--base-dir``.
 Each repetition runs the base, then this tree (interleaved A/B), each in a fresh process
-that computes every part with ``proofs.spec.fact_part`` and times it with
+that computes every part with ``publish.facts.fact_part`` (``proofs.spec`` in a tree from
+before ``publish/``) and times it with
 ``time.process_time``. ``--parts sim`` (the default) takes the simulator parts (``sim:*``
 and ``rerun``); ``all`` adds the two Z3 counterexample searches; ``collect`` times one
 whole ``collect_facts()`` call and also compares its output, serialized as the proofs
@@ -32,14 +33,23 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# the parts of proofs.spec.FACT_PARTS (listed here so that either tree's names are run)
+sys.path.insert(0, str(ROOT))
+
+from releases import alt_round_num_hit, vllm_0_23_0, vllm_0_24_0  # noqa: E402
+
+# the parts of publish.facts.FACT_PARTS (listed here so that either tree's names are run;
+# the simulated semantics are publish.names.SIM_SEMANTICS)
+SIM_SEMANTICS = tuple(m.SEMANTICS.name for m in (vllm_0_23_0, vllm_0_24_0, alt_round_num_hit))
 PART_NAMES = ["seed_counterexample", "alt_round_num_hit_counterexample",
               *(f"sim:{label}:{sem}" for label in ("chat", "chat-hybrid")
-                for sem in ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit")), "rerun"]
+                for sem in SIM_SEMANTICS), "rerun"]
 
 CHILD = """
 import json, sys, time
-from proofs.spec import FACT_PARTS, collect_facts, fact_part
+try:
+    from publish.facts import FACT_PARTS, collect_facts, fact_part
+except ImportError:  # a tree from before publish/
+    from proofs.spec import FACT_PARTS, collect_facts, fact_part
 out = {}
 if sys.argv[1] == "collect":  # the whole call, serialized as spec-facts.json is written
     t0 = time.process_time()

@@ -40,12 +40,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import releases  # noqa: E402
 from model.evaluate import evaluate  # noqa: E402
 from model.layout_chunked import ChunkLayout  # noqa: E402
 from model.real_layouts import LayoutTemplate, load_templates  # noqa: E402
 from model.scenario import Scenario, scenario_to_json  # noqa: E402
 
-STOCK, FIX, RERUN = "vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun"
+STOCK, FIX, RERUN = (releases.newest("chunked").name, releases.fix_for("001").name,
+                     releases.fix_for("001", completed=True).name)
 SIDES = (STOCK, FIX, RERUN)
 
 

@@ -14,8 +14,13 @@ the control reports a change.
 
 ``--sources``: where the releases' sources are: ``DIR/vllm-X/`` (an unpacked wheel),
 ``DIR/vllm-X-*.whl`` (as ``pip download --no-deps vllm==X -d DIR`` leaves it), or an
-installed ``vllm`` package directory.
+installed ``vllm`` package directory.  Without it each release's wheel is looked for in
+``$CROSSCHECK_WHEELS``, ``../wheels`` and ``<venvs>/wheels``, and fetched into the last
+with ``pip download --no-deps`` when none has it.
 Needs the release environments (``python -m sim.crosscheck.envs``).
+
+Exit 0 every bug detected and every control clean; 1 a bug undetected or a control
+reporting a change; 2 bad input or missing sources (one ``error:`` line).
 """
 
 from __future__ import annotations
@@ -37,19 +42,25 @@ from sim.crosscheck.knownbugs import (  # noqa: E402
     NEEDS_RELEASE,
     BugError,
     apply_patch,
+    find_sources,
     load_bugs,
     release_tree,
 )
-from sim.crosscheck.prcheck import check_tree  # noqa: E402
+from sim.crosscheck.prcheck import EXIT_BROKEN, EXIT_SAME, check_tree  # noqa: E402
 from sim.crosscheck.prreport import compact  # noqa: E402
 from sim.crosscheck.tree import find_package, release_tuple  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="exit codes: 0 every bug detected, every control "
+                                 "clean; 1 a bug undetected or a control changed; 2 bad "
+                                 "input or missing sources (one error line)")
     ap.add_argument("--quick", action="store_true",
                     help="CI mode: a smaller control run (300 scenarios, not 2000)")
-    ap.add_argument("--sources", type=Path, default=Path("/work/wheels"))
+    ap.add_argument("--sources", type=Path, default=None, metavar="DIR",
+                    help="releases' wheels or unpacked trees (default: found in "
+                    "$CROSSCHECK_WHEELS, ../wheels or <venvs>/wheels, else fetched by pip)")
     ap.add_argument("--examples", type=int, default=5000,
                     help="most generated scenarios per bug (default: %(default)s)")
     ap.add_argument("--only", action="append", default=[], help="run only this bug")
@@ -60,15 +71,22 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     results = []
     ok = True
+    if args.sources is not None and not args.sources.is_dir():
+        print(f"error: --sources: {args.sources} is not a directory", file=sys.stderr)
+        return 2
     scratch = Path(tempfile.mkdtemp(prefix="known-bugs-"))
+
+    def sources(version: str) -> Path:
+        return args.sources if args.sources is not None else find_sources(version)
+
     try:
         versions = sorted({b.release for b in bugs if b.release in modelled})
         for v in versions:  # control: the unchanged release tree must exit 0
-            tree = find_package(release_tree(args.sources, v, scratch / f"vllm-{v}"))
+            tree = find_package(release_tree(sources(v), v, scratch / f"vllm-{v}"))
             t0 = time.monotonic()
             r = check_tree(tree, examples=300 if args.quick else 2000, corpus=None)
             dt = time.monotonic() - t0
-            good = r.exit_code == 0
+            good = r.exit_code == EXIT_SAME
             ok &= good
             rows.append(f"| control: unchanged vLLM {v} | — | exit {r.exit_code} "
                         f"({'ok' if good else 'CHANGES REPORTED'}) | {dt:.0f} s for "
@@ -82,12 +100,12 @@ def main(argv: list[str] | None = None) -> int:
                             f"modelled (modelled: {', '.join(modelled)}) | — | — |")
                 continue
             assert b.patch is not None
-            dest = release_tree(args.sources, b.release, scratch / b.name)
+            dest = release_tree(sources(b.release), b.release, scratch / b.name)
             apply_patch(b.patch, dest)
             r = check_tree(find_package(dest), examples=args.examples, corpus=None,
                            stop_first=True, shrink_budget=200)
             broken = {inv for c in r.changes for inv in c.new_broken}
-            detected = r.exit_code == 2 and b.invariant in broken
+            detected = r.exit_code == EXIT_BROKEN and b.invariant in broken
             ok &= detected
             first = next((c for c in r.changes if b.invariant in c.new_broken), None)
             scen = (f"`{json.dumps(compact(first.scenario), sort_keys=True)}`" if first

@@ -26,6 +26,7 @@ import z3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import releases  # noqa: E402
 from model.semantics import get_semantics  # noqa: E402
 from proofs import (
     layers_chunked,  # noqa: E402
@@ -33,12 +34,7 @@ from proofs import (
 )
 from proofs.theorems import THEOREMS  # noqa: E402
 
-SEMANTICS = (
-    "vllm-0.33.0",
-    "alt-v033-reround-mamba",
-    "alt-v033-reround-mamba-rerun",
-    "alt-v033-cap-min",
-)
+SEMANTICS = releases.names(family="chunked")
 TIMEOUT_MS = 600_000
 SOLVERS = {
     "plain": z3.Solver,

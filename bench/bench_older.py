@@ -23,10 +23,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import releases  # noqa: E402
 from proofs import check, report, witness  # noqa: E402
 from proofs.theorems import THEOREMS  # noqa: E402
 
-SEMANTICS = ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit", "alt-cache-config-block-size")
+SEMANTICS = releases.names(family="block")
 SECONDS: defaultdict[str, float] = defaultdict(float)
 CALLS: Counter[str] = Counter()
 

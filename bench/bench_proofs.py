@@ -7,10 +7,10 @@ Runs, in this tree and (with --baseline or --baseline-rev) in another version of
 project, side by side in the same invocation (``--baseline-rev main`` measures main's
 committed code, exported with ``git archive`` into a temporary directory):
 
-* the main theorem alone: ``python -m proofs --theorem no-partial-state --semantics
-  vllm-0.24.0 --no-necessity`` (target 2 s), and the seconds the full run's report gives
-  it;
-* the full main job, ``python -m proofs --report DIR`` (target 30 s on a 2-core machine),
+* the main theorem alone: ``python -m publish --theorem no-partial-state --semantics
+  vllm-0.24.0 --no-necessity --report DIR`` (target 2 s), and the seconds the full run's
+  report gives it;
+* the full main job, ``python -m publish --report DIR`` (target 30 s on a 2-core machine),
   and where its time went (the run's own ``time:`` lines on stderr: CPU per group of pairs,
   the spec's facts, the pages, the pictures).
 
@@ -18,7 +18,8 @@ Each figure is wall time, the CPU time of the child processes and the 1-minute l
 average at its start and end (on a shared machine the wall time grows with the load; the
 CPU time much less). With --semantics, the second figure is the run of those semantics
 only (the part a change touches), without the 30 s target. Exit 0 whatever the figures:
-this measures, it does not gate.
+this measures, it does not gate. A tree from before ``publish/`` (the main job was
+``python -m proofs --report DIR`` then) is run with ``proofs``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MAIN = ("no-partial-state", "vllm-0.24.0")
+sys.path.insert(0, str(ROOT))
+
+from releases import vllm_0_24_0  # noqa: E402
+
+# the main theorem: PR #44599's claim on the release that shipped it
+MAIN = ("no-partial-state", vllm_0_24_0.SEMANTICS.name)
 TARGET_MAIN_S, TARGET_TOTAL_S = 2.0, 30.0
 
 
@@ -48,13 +54,18 @@ class Timing:
     where: tuple[str, ...] = ()  # the run's own "time:" lines (where its time went)
 
 
+def _main_job(tree: Path) -> str:
+    """The main job's module in ``tree``: ``publish``, or ``proofs`` before it existed."""
+    return "publish" if (tree / "publish" / "__main__.py").is_file() else "proofs"
+
+
 def _run(tree: Path, args: list[str], timeout: float) -> Timing:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     err = ""
     try:
-        done = subprocess.run([sys.executable, "-m", "proofs", *args], cwd=tree,
+        done = subprocess.run([sys.executable, "-m", _main_job(tree), *args], cwd=tree,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               timeout=timeout, env={**os.environ, "PYTHONPATH": str(tree)})
         rc, err = done.returncode, done.stderr
@@ -152,7 +163,8 @@ def main() -> int:
         what = "full" if args.semantics is None else f"--semantics {' '.join(args.semantics)}"
         target = (f" (target {TARGET_TOTAL_S:.0f}s, ratio {full.wall / TARGET_TOTAL_S:.1f})"
                   if args.semantics is None else "")
-        print(f"  {what} python -m proofs: {_fmt(full)}{target}; report in {r['report']}",
+        print(f"  {what} python -m {_main_job(tree)}: {_fmt(full)}{target}; report in "
+              f"{r['report']}",
               flush=True)
         # where the run's time went, as the run itself measured it (pairs per theorem and
         # family, the spec's facts, the pages, the pictures); older versions print nothing

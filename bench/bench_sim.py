@@ -22,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import releases  # noqa: E402
 from model.evaluate import evaluate  # noqa: E402
 from model.scenario import Group, Scenario  # noqa: E402
 from sim.config import EngineConfig  # noqa: E402
@@ -29,7 +30,7 @@ from sim.engine import Engine  # noqa: E402
 from sim.ssm import VOCAB  # noqa: E402
 from sim.workload import Request, TokenSeq  # noqa: E402
 
-SEMANTICS = "vllm-0.24.0"
+SEMANTICS = releases.newest("block").name
 
 
 def scenario(prompt: int, groups: int) -> Scenario:

@@ -21,11 +21,11 @@ import z3
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import releases  # noqa: E402
 from model.semantics import get_semantics  # noqa: E402
 from proofs import tail_layers_chunked  # noqa: E402
 
-SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
-             "alt-v033-cap-min")
+SEMANTICS = releases.names(family="chunked")
 
 
 def main() -> int:

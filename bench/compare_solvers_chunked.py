@@ -5,7 +5,7 @@ default arithmetic solver) on the same assertions; any answer that differs is pr
     python bench/compare_solvers_chunked.py [--semantics NAME ...] [--theorem NAME ...]
                                          [--report DIR]
 
-Runs the 0.33.0 rows as ``python -m proofs`` does (``proofs.report.run_one``: verdict,
+Runs the 0.33.0 rows as ``python -m proofs`` does (``proofs.results.run_one``: verdict,
 necessity, the verdict over accepted layouts, witness), one process, and with --report
 writes their report (what the new solver found) for comparison with another run's.
 Exit 1 if any answer differs (an unknown from either side is counted apart).
@@ -22,12 +22,15 @@ import z3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import releases  # noqa: E402
 from proofs import check_chunked  # noqa: E402
-from proofs.report import run_one, write_report  # noqa: E402
+from proofs.results import run_one  # noqa: E402
 from proofs.theorems import THEOREMS  # noqa: E402
+from publish.report import write_report  # noqa: E402
 
 OLD = ("simplify", "propagate-values", "solve-eqs", "smt")
-SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun")
+# the chunked release and finding 001's fixes
+SEMANTICS = (releases.newest("chunked").name, *releases.fixes(finding="001"))
 seen = {"queries": 0, "same": 0, "differ": 0, "unknown": 0, "new_s": 0.0, "old_s": 0.0}
 
 

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from params_chunked import ask as timed_check  # noqa: E402  (this folder, bench/)
 
+import releases  # noqa: E402
 from model.semantics import get_semantics  # noqa: E402
 from proofs import (
     layers_chunked,  # noqa: E402
@@ -94,7 +95,7 @@ def ask(q: list[z3.BoolRef], seed: int) -> tuple[float, str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lemma", choices=("post", "keeps"), default="post")
-    ap.add_argument("--semantics", default="alt-v033-reround-mamba")
+    ap.add_argument("--semantics", default=releases.fix_for("001").name)
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--splits", default="whole,align")
     args = ap.parse_args()

@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import releases  # noqa: E402
 from model.evaluate import evaluate  # noqa: E402
 from model.layout_chunked import ChunkLayout  # noqa: E402
 from model.maximality_chunked import larger_valid_hit  # noqa: E402
@@ -35,7 +36,7 @@ from model.scenario import Scenario, parse_scenario, scenario_to_json  # noqa: E
 
 SWEEP_MAX_LCM = 160
 SEED = 4
-STOCK = "vllm-0.33.0"
+STOCK = releases.newest("chunked").name
 
 
 def plain(s: Scenario) -> Scenario:

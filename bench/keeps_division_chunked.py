@@ -17,6 +17,7 @@ import z3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import releases  # noqa: E402
 from bench.params_chunked import CONFIGS, ask, seeds_line  # noqa: E402
 from model.semantics import get_semantics  # noqa: E402
 from proofs import (
@@ -26,7 +27,8 @@ from proofs import (
 from proofs.encoding import Enc  # noqa: E402
 from proofs.theorems import THEOREMS  # noqa: E402
 
-SEMANTICS = ("alt-v033-reround-mamba", "vllm-0.33.0", "alt-v033-cap-min")
+SEMANTICS = (releases.fix_for("001").name, releases.newest("chunked").name,
+             releases.fix_for("003").name)
 
 
 def main() -> int:

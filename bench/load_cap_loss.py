@@ -39,6 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import releases  # noqa: E402
 from model.evaluate import evaluate  # noqa: E402
 from model.layout_chunked import ChunkLayout  # noqa: E402
 from model.maximality_chunked import larger_valid_hit  # noqa: E402
@@ -47,7 +48,7 @@ from model.scenario import parse_scenario, scenario_to_json  # noqa: E402
 
 SWEEP_MAX_LCM = 160
 SEED = 3
-STOCK, FIX = "vllm-0.33.0", "alt-v033-cap-min"
+STOCK, FIX = releases.newest("chunked").name, releases.fix_for("003").name
 
 
 def lookup(t: LayoutTemplate, prompt: int, cap: int) -> dict[str, int] | None:

@@ -30,6 +30,7 @@ import z3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import releases  # noqa: E402
 from bench.params_chunked import CONFIGS, ask  # noqa: E402
 from model.semantics import get_semantics  # noqa: E402
 from proofs import (
@@ -40,12 +41,7 @@ from proofs import (
 )
 from proofs.theorems import THEOREMS  # noqa: E402
 
-SEMANTICS = (
-    "vllm-0.33.0",
-    "alt-v033-reround-mamba",
-    "alt-v033-reround-mamba-rerun",
-    "alt-v033-cap-min",
-)
+SEMANTICS = releases.names(family="chunked")
 
 
 def queries(only: str = "") -> list[tuple[str, str, list[z3.BoolRef]]]:
@@ -78,10 +74,10 @@ def sat_queries() -> list[tuple[str, str, list[z3.BoolRef]]]:
     """Satisfiable post and keeps queries: a precondition dropped (same-block-size on the
     round-down fix: post, sliding window; no-eagle on 0.33.0: keeps), and post without its
     not-deferred guard (tests/test_proof_layers_chunked.py's sabotage), unpinned."""
-    v, rm = get_semantics("vllm-0.33.0"), get_semantics("alt-v033-reround-mamba")
+    v, rm = releases.newest("chunked"), releases.fix_for("001")
     out = [
         (
-            "alt-v033-reround-mamba, no same-block-size",
+            f"{rm.name}, no same-block-size",
             "lemma post (sliding_window)",
             layers_chunked.lemma_turn(rm, (), "post", "sliding_window"),
         )
@@ -89,7 +85,7 @@ def sat_queries() -> list[tuple[str, str, list[z3.BoolRef]]]:
     for kind in ("full_attention", "sliding_window"):
         out.append(
             (
-                "vllm-0.33.0, no no-eagle",
+                f"{v.name}, no no-eagle",
                 f"lemma keeps ({kind})",
                 maximality_layers_chunked.lemma_query(v, ("caps-reach-prompt",), "keeps", kind),
             )
@@ -104,7 +100,7 @@ def sat_queries() -> list[tuple[str, str, list[z3.BoolRef]]]:
         for kind in ("full_attention", "sliding_window", "mamba"):
             out.append(
                 (
-                    "vllm-0.33.0, post unguarded (sabotage)",
+                    f"{v.name}, post unguarded (sabotage)",
                     f"lemma post ({kind})",
                     layers_chunked.lemma_turn(v, (), "post", kind),
                 )
@@ -114,10 +110,10 @@ def sat_queries() -> list[tuple[str, str, list[z3.BoolRef]]]:
     # the satisfiable queries the tests ask through prove() (default settings there)
     for name, build in layers_chunked.proof_queries("no-partial-state", v, ()):
         if "chunk-in-align" in name:
-            out.append(("vllm-0.33.0, no align-divides-blocks", name, build()))
+            out.append((f"{v.name}, no align-divides-blocks", name, build()))
     for name, build in layers_chunked.proof_queries("maximality", v, ("no-eagle",)):
         if "valid-below-m0" in name:
-            out.append(("vllm-0.33.0, no caps-reach-prompt", name, build()))
+            out.append((f"{v.name}, no caps-reach-prompt", name, build()))
     return out
 
 

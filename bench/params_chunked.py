@@ -24,13 +24,14 @@ import z3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import releases  # noqa: E402
 from model.semantics import get_semantics  # noqa: E402
 from proofs import layers_chunked  # noqa: E402
 from proofs.encoding import Enc  # noqa: E402
 from proofs.theorems import THEOREMS  # noqa: E402
 
-RM, RR, V, CM = ("alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun", "vllm-0.33.0",
-                 "alt-v033-cap-min")
+RM, RR, V, CM = (releases.fix_for("001").name, releases.fix_for("001", completed=True).name,
+                 releases.newest("chunked").name, releases.fix_for("003").name)
 # short name -> (semantics, theorem, query name): the slowest of bench_layers_chunked --top
 QUERIES: dict[str, tuple[str, str, str]] = {
     "keeps-sw-rm": (RM, "maximality", "lemma keeps (sliding_window)"),

@@ -33,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import releases  # noqa: E402
 from model.evaluate import evaluate  # noqa: E402
 from model.layout_chunked import ChunkLayout  # noqa: E402
 from model.real_layouts import LayoutTemplate, load_templates  # noqa: E402
@@ -52,7 +53,7 @@ def draw(rng: random.Random, t: LayoutTemplate) -> Scenario:
         keep = rng.choice(KEEP)
         stored.append([c for c in range(prompt // (g.block_size * bpc))
                        if rng.random() < keep])
-    return t.scenario(semantics="vllm-0.33.0", prompt_tokens=prompt,
+    return t.scenario(semantics=releases.newest("chunked").name, prompt_tokens=prompt,
                       num_computed_tokens=gpu_hit * scheduler_block, stored=stored)
 
 

@@ -1,5 +1,13 @@
 """``python -m model lookup SCENARIO.json... [--semantics NAME] [--json] [--explain]``.
 
+Each scenario prints ``PATH: SEMANTICS: hit N - VERDICT``, or ``PATH: SEMANTICS: deferred
+(the lookup answers None: a chunk is still being stored or loaded; vLLM asks again next
+step) - VERDICT``.  ``--json``: one object per line; each load lists its keys as
+``"blocks"`` (offloaded block indices) for releases before 0.33.0 and as
+``"key_end_tokens"`` (the token each key's chunk ends at) for 0.33.0 and its fixes, where
+the model keys chunks by position; a deferred answer has ``"hit_tokens": null`` and
+``"deferred": true``.
+
 Exit 0: no violation anywhere; 1: violations, or a result that differs from the file's
 ``expect``; 2: any file is bad input (one line each).
 """
@@ -17,6 +25,7 @@ from model.evaluate import Outcome, evaluate
 from model.explain import explain
 from model.scenario import Scenario, ScenarioError, iter_scenario_paths, load_scenario_file
 from model.semantics import MODEL_SEMANTICS as SEMANTICS
+from model.semantics import get_semantics
 
 LIST_LIMIT = 65536  # longer loads print as {"first": a, "stop": b}: bounded output
 
@@ -30,17 +39,29 @@ def _blocks_json(blocks: Sequence[int]) -> Any:
 def outcome_json(name: str, o: Outcome) -> dict[str, Any]:
     if o.refused:
         return {"scenario": name, "semantics": o.semantics, "error": o.refused}
+    # 0.33.0's model keys a chunk by the token it ends at (load_chunked), older releases'
+    # by the offloaded block's index
+    keys = "key_end_tokens" if get_semantics(o.semantics).chunked else "blocks"
     return {
         "scenario": name,
         "semantics": o.semantics,
         "hit_tokens": o.hit_tokens,
+        "deferred": o.hit_tokens is None,
         "loads": [
-            {"group": ld.group, "blocks": _blocks_json(ld.blocks),
+            {"group": ld.group, keys: _blocks_json(ld.blocks),
              "state_position": ld.state_position}
             for ld in o.loads
         ],
         "violations": [{"invariant": v.invariant, "message": v.message} for v in o.violations],
     }
+
+
+def hit_words(o: Outcome) -> str:
+    """``hit N``, or what a None answer means."""
+    if o.hit_tokens is None:
+        return ("deferred (the lookup answers None: a chunk is still being stored or "
+                "loaded; vLLM asks again next step)")
+    return f"hit {o.hit_tokens}"
 
 
 def expect_mismatches(s: Scenario, o: Outcome) -> list[str]:
@@ -96,7 +117,7 @@ def _lookup(args: argparse.Namespace) -> int:
                 print(f"{path}: error: {o.refused}", file=sys.stderr)
                 continue
             verdict = ", ".join(v.invariant for v in o.violations) or "ok"
-            print(f"{path}: {o.semantics}: hit {o.hit_tokens} - {verdict}")
+            print(f"{path}: {o.semantics}: {hit_words(o)} - {verdict}")
             for v in o.violations:
                 print(f"  {v.invariant}: {v.message}")
         for m in mismatches if not args.json else []:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import releases
 from model import layout_chunked, load_chunked, lookup_chunked, maximality_chunked
 from model.citations import cite
 from model.invariants import AnyLayout, Violation, check_all
@@ -69,13 +70,15 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
 
 
 MAX_V033_HASHES = 1_000_000
+# the release whose code the chunked lookup's model follows (its family's first)
+CHUNKED_MODEL = releases.releases("chunked")[0]
 
 
 def _evaluate_chunked(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
     """vLLM 0.33.0: start-up (layout_chunked), lookup (lookup_chunked), load (load_chunked)."""
     for name, unset in (("output_tokens", 0), ("context_parallel_size", 1)):
         if getattr(s, name) != unset:
-            raise ScenarioError(f"{name}: not modelled for {sem.name} (the vllm-0.33.0 "
+            raise ScenarioError(f"{name}: not modelled for {sem.name} (the {CHUNKED_MODEL} "
                                 "model covers new requests without context parallelism)")
     try:
         layout = layout_chunked.resolve_layout(s)
@@ -83,7 +86,7 @@ def _evaluate_chunked(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
             # the 0.33.0 model asks the store key by key, as vLLM does: bound the work
             raise ScenarioError(
                 f"prompt_tokens: {s.prompt_tokens} tokens are more than {MAX_V033_HASHES:,} "
-                f"hash blocks of {layout.tokens_per_hash} (the vllm-0.33.0 model's bound)")
+                f"hash blocks of {layout.tokens_per_hash} (the {CHUNKED_MODEL} model's bound)")
         if enforce:
             layout_chunked.check_request(s, layout)
     except Refused as e:

@@ -219,7 +219,8 @@ def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "",
     verdict = "; ".join(f"{v.invariant} broken" for v in o.violations) or "no invariant broken"
     if larger is not None:
         verdict += f"; a larger valid hit ({larger} > {o.hit_tokens or 0}) is given away"
-    head = title or f"{o.semantics}: hit {o.hit_tokens}"
+    head = title or f"{o.semantics}: " + ("deferred" if o.hit_tokens is None
+                                          else f"hit {o.hit_tokens}")
     chars = int(width * 11)
     ax.set_title(textwrap.fill(f"{head}: {verdict}", chars), fontsize=10)
     if unreachable:

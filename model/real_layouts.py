@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import releases
 from model.scenario import KINDS, Scenario, ScenarioError, parse_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,8 +106,10 @@ class LayoutTemplate:
             "num_computed_tokens": num_computed_tokens,
             "groups": groups,
         }
-        if semantics == "vllm-0.33.0":
-            # 0.33.0 names the offloaded block in GPU blocks (kv_connector_extra_config)
+        sem = releases.all_semantics().get(semantics)
+        if sem is not None and sem.kind == "release" and sem.chunked:
+            # a chunked release (0.33.0) names the offloaded block in GPU blocks
+            # (kv_connector_extra_config); its fixes take the else branch (issue 22 notes it)
             out["block_size_factor"] = 1
             if bpc != 1:
                 out["blocks_per_chunk"] = bpc

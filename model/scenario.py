@@ -21,6 +21,7 @@ reach are refused with the limit named:
 from __future__ import annotations
 
 import json
+import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -409,7 +410,15 @@ def decode_json(data: bytes, name: str, hook: Callable[[list[tuple[str, Any]]], 
 
 
 def read_bytes(path: Path) -> bytes:
-    """A file's bytes, reading no more than the size limit (+1 to detect it)."""
+    """A file's bytes, reading no more than the size limit (+1 to detect it).  Only a
+    regular file is read: opening a FIFO (or reading a device) would wait forever."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as e:
+        raise ScenarioError(f"{path}: cannot read ({e.strerror or e})") from None
+    if not stat.S_ISREG(mode):
+        raise ScenarioError(f"{path}: not a regular file (a FIFO, socket or device); "
+                            "name a scenario file")
     try:
         with path.open("rb") as fh:
             return fh.read(MAX_FILE_BYTES + 1)

@@ -29,6 +29,7 @@ from typing import Any
 
 import z3
 
+import releases
 from model import load_chunked
 from model.evaluate import evaluate
 from model.layout_chunked import ChunkLayout
@@ -120,7 +121,7 @@ def precondition(
         )
     if name == "mamba-mode-not-all":
         return z3.BoolVal(True)  # 0.33.0 has no mode "all" (model/layout_chunked.py)
-    raise ValueError(f"precondition {name!r} has no vllm-0.33.0 formula")
+    raise ValueError(f"precondition {name!r} has no {releases.releases('chunked')[0]} formula")
 
 
 def _multiple(x: z3.ArithRef, d: z3.ArithRef, most: int, prompt: z3.ArithRef) -> z3.BoolRef:

@@ -6,7 +6,7 @@ and the preconditions accept, with a non-zero hit that restores a Mamba state (c
 mode align) — for maximality also a valid hit (``proofs.theorems.valid_hit``) of that
 kind. It is replayed through ``model/``: the model must give the same hit, the same
 Mamba load and, for maximality, agree that the hit is valid. A theorem is only counted
-PROVED with its witness (``proofs.report``).
+PROVED with its witness (``proofs.results``).
 """
 
 from __future__ import annotations

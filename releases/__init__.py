@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from releases.base import ChunkSteps, Expect, Semantics
 
 __all__ = ["ChunkSteps", "Expect", "Semantics", "get", "names", "newest", "register",
-           "all_semantics", "releases", "fixes"]
+           "all_semantics", "releases", "fixes", "fix_for", "by_version", "versions"]
 
 # the built-in modules, in report order: the block lookup's family, then the chunked one's
 BUILTIN = ("vllm_0_23_0", "vllm_0_24_0", "alt_round_num_hit", "alt_cache_config_block_size",
@@ -70,15 +70,24 @@ def names(*, family: str | None = None, kind: str | None = None) -> tuple[str, .
                  if (family is None or s.family == family) and (kind is None or s.kind == kind))
 
 
-def releases() -> tuple[str, ...]:
-    """The vLLM releases modelled, oldest first."""
-    rel = [s for s in _REGISTRY.values() if s.kind == "release"]
+def releases(family: str | None = None) -> tuple[str, ...]:
+    """The vLLM releases modelled (optionally: of one lookup family), oldest first."""
+    rel = [s for s in _REGISTRY.values()
+           if s.kind == "release" and (family is None or s.family == family)]
     return tuple(s.name for s in sorted(rel, key=lambda s: _version_key(s.base_version)))
 
 
-def newest() -> Semantics:
-    """The newest modelled vLLM release."""
-    return get(releases()[-1])
+def versions(family: str | None = None) -> tuple[str, ...]:
+    """The vLLM versions of ``releases(family)`` (e.g. ``0.24.0``), oldest first."""
+    return tuple(get(n).base_version for n in releases(family))
+
+
+def newest(family: str | None = None) -> Semantics:
+    """The newest modelled vLLM release (optionally: the newest of one lookup family)."""
+    rel = releases(family)
+    if not rel:
+        raise ValueError(f"semantics: no release of family {family!r}")
+    return get(rel[-1])
 
 
 def fixes(finding: str | None = None, of: str | None = None) -> tuple[str, ...]:
@@ -86,6 +95,24 @@ def fixes(finding: str | None = None, of: str | None = None) -> tuple[str, ...]:
     return tuple(n for n, s in _REGISTRY.items() if s.kind == "fix"
                  and (finding is None or s.finding == finding)
                  and (of is None or s.base_version == get(of).base_version))
+
+
+def fix_for(finding: str, *, completed: bool = False) -> Semantics:
+    """The fix of ``finding`` as first proposed (the one built on a release), or with
+    ``completed`` the last of its chain (the one no other fix of the finding builds on)."""
+    chain = [get(n) for n in fixes(finding=finding)]
+    if not chain:
+        raise ValueError(f"semantics: no fix of finding {finding!r}")
+    if completed:
+        built_on = {s.parent for s in chain}
+        ends = [s for s in chain if s.name not in built_on]
+    else:
+        ends = [s for s in chain if s.parent not in {c.name for c in chain}]
+    if len(ends) != 1:
+        raise ValueError(f"semantics: finding {finding!r} has {len(ends)} "
+                         f"{'completed' if completed else 'first'} fixes: "
+                         f"{', '.join(s.name for s in ends)}")
+    return ends[0]
 
 
 def by_version(version: str) -> Semantics:

@@ -12,6 +12,7 @@ from typing import NoReturn
 from model.args import bounded_int, output_dir
 from model.scenario import MAX_GROUPS, MAX_TOKENS
 from model.semantics import CHUNKED_SEMANTICS, MODEL_SEMANTICS, SEMANTICS
+from releases import alt_cache_config_block_size
 from sim.config import EngineConfig
 from sim.report import table, write_report
 from sim.rerun import parse_lengths, rerun_one
@@ -73,7 +74,8 @@ def _engine_flags(p: argparse.ArgumentParser, default_gpu: int) -> None:
     p.add_argument("--load-latency", type=_range_arg(), default=(1, 4))
     p.add_argument("--cache-mamba-block-size",
                    type=_positive(), default=None,
-                   help="cache_config.mamba_block_size for alt-cache-config-block-size "
+                   help="cache_config.mamba_block_size for "
+                        f"{alt_cache_config_block_size.SEMANTICS.name} "
                         "(default: the block size; set it to model a stale value)")
 
 

@@ -110,4 +110,7 @@ def parse_semantics(text: str, known: Sequence[str]) -> tuple[str, ...]:
     for n in names:
         if n not in known:
             raise ValueError(f"--semantics: unknown name {n!r} (known: {', '.join(known)})")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # one result per name: a repeated name would wait for a second forever
+        raise ValueError(f"--semantics: {twice[0]!r} is named more than once")
     return names

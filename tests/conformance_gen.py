@@ -13,6 +13,9 @@ from model.evaluate import evaluate
 from model.layout import Refused
 from model.scenario import Group, Scenario, ScenarioError
 from model.semantics import SEMANTICS
+from releases import vllm_0_23_0
+
+V023 = vllm_0_23_0.SEMANTICS.name
 
 EAGLE_SEMANTICS = [n for n, s in SEMANTICS.items() if s.eagle]
 SHAPES = ("any", "eagle", "multipass", "prefix-caching-off")
@@ -99,7 +102,7 @@ def _scenario(draw: st.DrawFn, shape: str) -> Scenario:
         ))
     semantics = draw(st.sampled_from(EAGLE_SEMANTICS if shape == "eagle" else list(SEMANTICS)))
     if multipass:  # the 0.24.0 rounding cuts long prompts to few Mamba blocks
-        semantics = draw(st.sampled_from(["vllm-0.23.0", semantics]))
+        semantics = draw(st.sampled_from([V023, semantics]))
     return Scenario(
         semantics=semantics,
         block_size_factor=factor, prompt_tokens=prompt, num_computed_tokens=computed,

@@ -55,11 +55,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     replay.forget()
 
 if os.environ.get("OLC_MUTANT"):
-    # python -m proofs --mutants: run the suite against one mutant of model and encoding
+    # python -m publish --mutants: run the suite against one mutant of model and encoding
     import importlib
     import pkgutil
 
-    for pkg in ("model", "proofs"):
+    for pkg in ("model", "proofs", "publish"):
         for info in pkgutil.walk_packages([str(Path(__file__).resolve().parent.parent / pkg)],
                                           prefix=f"{pkg}."):
             if not info.name.endswith("__main__"):

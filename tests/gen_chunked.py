@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import releases
 from model.evaluate import evaluate
 from model.scenario import Scenario, parse_scenario
 from proofs.turn_chunked import KINDS as TURN_KINDS
 
-SEMANTICS = ("vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun",
-             "alt-v033-cap-min")
+SEMANTICS = releases.names(family="chunked")
 Draw = Callable[[random.Random, str], dict[str, Any]]
 
 

@@ -33,6 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conformance_gen import conformance_scenarios  # noqa: E402
 from sabotage import sabotaged_copy  # noqa: E402
 
+from releases import vllm_0_24_0  # noqa: E402
+
+V024 = vllm_0_24_0.SEMANTICS.name
+
 MANY = 2000
 
 
@@ -187,19 +191,19 @@ def sabotaged(name: str) -> ModuleType:
 # with the real encoding there)
 WITNESSES = {
     "eagle-pop": {  # the EAGLE window group's run of 3 ends at block 7: popped, 6 left
-        "semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 10,
+        "semantics": V024, "block_size_factor": 1, "prompt_tokens": 10,
         "num_computed_tokens": 0,
         "groups": [{"kind": "sliding_window", "gpu_block_size": 1, "sliding_window": 2,
                     "stored": [0, 1, 2, 3, 4, 5, 6], "eagle": True}]},
     "eagle-verified-clear": {  # the Mamba cut to 6 clears the pop; pass 2 pops again
-        "semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 12,
+        "semantics": V024, "block_size_factor": 1, "prompt_tokens": 12,
         "num_computed_tokens": 0,
         "groups": [{"kind": "sliding_window", "gpu_block_size": 1, "sliding_window": 1,
                     "stored": [0, 1, 2, 3, 5, 10, 11], "eagle": True},
                    {"kind": "mamba", "gpu_block_size": 1, "mamba_cache_mode": "none",
                     "stored": [0, 1, 2, 3, 4, 5]}]},
     "sliding-window-rerun": {  # later Mamba cuts must be re-confirmed by the window
-        "semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 19,
+        "semantics": V024, "block_size_factor": 1, "prompt_tokens": 19,
         "num_computed_tokens": 0,
         "groups": [{"kind": "sliding_window", "gpu_block_size": 1, "sliding_window": 2,
                     "stored": [0, 1, 2, 5, 7, 9, 10, 12, 14, 16, 17, 18, 19], "eagle": True},

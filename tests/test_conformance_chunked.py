@@ -20,8 +20,13 @@ from model.evaluate import evaluate
 from model.scenario import Scenario, parse_scenario
 from proofs import encoding_chunked
 from proofs.conformance_chunked import encode_scenario, in_scope, tails_on
+from releases import fix_001_reround_rerun, fix_003_cap_min, vllm_0_33_0
 from tests import gen_chunked as gen
 from tests.sabotage import sabotaged_copy
+
+V033 = vllm_0_33_0.SEMANTICS.name
+RERUN001 = fix_001_reround_rerun.SEMANTICS.name
+CAP_MIN = fix_003_cap_min.SEMANTICS.name
 
 
 def scenarios(count: int, seed: int = 0) -> list[Scenario]:
@@ -74,24 +79,24 @@ MANY = 2000  # -m conformance (.ci/run)
 # again; each is also the witness of a sabotage below
 WITNESSES: dict[str, dict[str, Any]] = {
     "eagle-pop": {
-        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 1,
+        "semantics": V033, "block_size_factor": 1, "prompt_tokens": 1,
         "num_computed_tokens": 0,
         "groups": [{"kind": "full_attention", "gpu_block_size": 1, "stored": [0],
                     "eagle": True}]},
     "mamba-round-down": {
-        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 6,
+        "semantics": V033, "block_size_factor": 1, "prompt_tokens": 6,
         "num_computed_tokens": 0,
         "groups": [{"kind": "full_attention", "gpu_block_size": 3, "stored": [0, 1],
                     "pending": [0]},
                    {"kind": "mamba", "gpu_block_size": 2, "mamba_cache_mode": "align",
                     "stored": [0, 2]}]},
     "load-cap-align": {
-        "semantics": "alt-v033-reround-mamba-rerun", "block_size_factor": 1,
+        "semantics": RERUN001, "block_size_factor": 1,
         "prompt_tokens": 4, "num_computed_tokens": 0, "max_load_tokens": 4,
         "groups": [{"kind": "sliding_window", "gpu_block_size": 2, "sliding_window": 1,
                     "stored": [0, 1]}]},
     "eagle-verified-clear": {
-        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 4,
+        "semantics": V033, "block_size_factor": 1, "prompt_tokens": 4,
         "num_computed_tokens": 0, "enable_prefix_caching": False,
         "groups": [{"kind": "full_attention", "gpu_block_size": 1, "stored": [0, 1, 2]},
                    {"kind": "sliding_window", "gpu_block_size": 1, "sliding_window": 1,
@@ -100,40 +105,40 @@ WITNESSES: dict[str, dict[str, Any]] = {
                     "stored": [0, 1, 3]}]},
     # partial tails on (prefix_match_unit = hash_block_size below the block size)
     "tail-bridge-miss": {  # the bridge chunk 0 misses: boundaries stop below token 2
-        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 3,
+        "semantics": V033, "block_size_factor": 1, "prompt_tokens": 3,
         "num_computed_tokens": 0, "hash_block_size": 1,
         "groups": [{"kind": "full_attention", "gpu_block_size": 2, "stored": [],
                     "eagle": True, "stored_tails": [1, 3]},
                    {"kind": "mamba", "gpu_block_size": 2, "mamba_cache_mode": "align",
                     "stored": [0], "stored_tails": [1, 3]}]},
     "tail-eagle-margin": {  # boundary 1: the EAGLE group's key ends at 2 (chunk 0)
-        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 2,
+        "semantics": V033, "block_size_factor": 1, "prompt_tokens": 2,
         "num_computed_tokens": 0, "hash_block_size": 1,
         "groups": [{"kind": "full_attention", "gpu_block_size": 2, "stored": [0],
                     "eagle": True},
                    {"kind": "mamba", "gpu_block_size": 2, "mamba_cache_mode": "align",
                     "stored": [0], "stored_tails": [1]}]},
     "tail-pending-defer": {  # no complete hit, a partial-tail key not ready: deferred
-        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 2,
+        "semantics": V033, "block_size_factor": 1, "prompt_tokens": 2,
         "num_computed_tokens": 0, "hash_block_size": 1,
         "groups": [{"kind": "full_attention", "gpu_block_size": 2, "stored": [0],
                     "eagle": True},
                    {"kind": "mamba", "gpu_block_size": 2, "mamba_cache_mode": "align",
                     "stored": [0], "deferred_tails": [1]}]},
     "tail-proof-hash": {  # the EAGLE proof key needs a hash: boundary 2, not 4 (key 6)
-        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 5,
+        "semantics": V033, "block_size_factor": 1, "prompt_tokens": 5,
         "num_computed_tokens": 0, "hash_block_size": 2,
         "groups": [{"kind": "mamba", "gpu_block_size": 4, "mamba_cache_mode": "align",
                     "stored": [0], "pending": [0]},
                    {"kind": "full_attention", "gpu_block_size": 4, "stored": [0],
                     "eagle": True}]},
     "cap-min": {  # finding 003's fix: the load cap 2 ends before the prompt: hit 2, not 0
-        "semantics": "alt-v033-cap-min", "block_size_factor": 1, "prompt_tokens": 3,
+        "semantics": CAP_MIN, "block_size_factor": 1, "prompt_tokens": 3,
         "num_computed_tokens": 0, "max_load_tokens": 2,
         "groups": [{"kind": "mamba", "gpu_block_size": 2, "mamba_cache_mode": "align",
                     "stored": "all"}]},
     "finding-001": {  # no-partial-state's counterexample: the Mamba state at 4, hit 3
-        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 5,
+        "semantics": V033, "block_size_factor": 1, "prompt_tokens": 5,
         "num_computed_tokens": 0,
         "groups": [{"kind": "full_attention", "gpu_block_size": 3, "stored": "all"},
                    {"kind": "mamba", "gpu_block_size": 2, "mamba_cache_mode": "align",

@@ -12,6 +12,9 @@ import pytest
 from model.cli import main
 from model.evaluate import evaluate
 from model.scenario import parse_scenario
+from releases import vllm_0_24_0
+
+V024 = vllm_0_24_0.SEMANTICS.name
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = sorted((ROOT / "docs" / "counterexamples").glob("*.json"))
@@ -39,7 +42,7 @@ def test_counterexample_replays_with_its_violation(path: Path,
 
 def test_false_valid_hit_claim_is_bad_input(capsys: pytest.CaptureFixture[str],
                                             tmp_path: Path) -> None:
-    raw = {"semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 32,
+    raw = {"semantics": V024, "block_size_factor": 1, "prompt_tokens": 32,
            "num_computed_tokens": 0, "valid_hit": 31,
            "groups": [{"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
                        "stored": "all"}]}

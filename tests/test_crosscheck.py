@@ -22,6 +22,7 @@ from model.scenario import (
     parse_scenario,
     scenario_to_json,
 )
+from releases import vllm_0_23_0, vllm_0_24_0
 from sim.crosscheck.cli import SEED, SEED_HIT, Tally, check_one, replay, run_hypothesis
 from sim.crosscheck.client import RealScheduler
 from sim.crosscheck.compare import compare, model_view
@@ -29,6 +30,9 @@ from sim.crosscheck.envs import VERSIONS
 from sim.crosscheck.gen import scenarios
 from sim.crosscheck.mapping import semantics_for, to_case
 from tests.replay import remember
+
+V023 = vllm_0_23_0.SEMANTICS.name
+V024 = vllm_0_24_0.SEMANTICS.name
 
 pytestmark = pytest.mark.crosscheck
 
@@ -100,13 +104,13 @@ def _agrees(version: str, s: Scenario) -> None:
 
 @settings(max_examples=PROPERTY_EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios("vllm-0.23.0"))
+@given(scenarios(V023))
 def test_property_model_agrees_with_real_0_23_0(s: Scenario) -> None:
     _agrees("0.23.0", s)
 
 
 @settings(max_examples=PROPERTY_EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios("vllm-0.24.0"))
+@given(scenarios(V024))
 def test_property_model_agrees_with_real_0_24_0(s: Scenario) -> None:
     _agrees("0.24.0", s)

@@ -7,13 +7,17 @@ import json
 from hypothesis import given, settings
 
 from model.scenario import parse_scenario, scenario_to_json
+from releases import vllm_0_23_0, vllm_0_24_0
 from sim.crosscheck import envs
 from sim.crosscheck.compare import ModelView, compare, model_view
 from sim.crosscheck.gen import scenario_dicts
 from sim.crosscheck.mapping import to_case
 
+V023 = vllm_0_23_0.SEMANTICS.name
+V024 = vllm_0_24_0.SEMANTICS.name
+
 SEED = {
-    "semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 32,
+    "semantics": V024, "block_size_factor": 1, "prompt_tokens": 32,
     "num_computed_tokens": 0,
     "groups": [{"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
                 "stored": "all"}],
@@ -22,7 +26,7 @@ SEED = {
 
 def test_case_maps_groups_store_and_flags() -> None:
     raw = {
-        "semantics": "vllm-0.24.0", "block_size_factor": 2, "prompt_tokens": 100,
+        "semantics": V024, "block_size_factor": 2, "prompt_tokens": 100,
         "num_computed_tokens": 32, "in_flight_transfers": True,
         "skip_reading_prefix_cache": True, "enable_prefix_caching": False,
         "groups": [
@@ -72,11 +76,11 @@ def _real(**kw: object) -> dict:
 
 def test_compare_seed_model_against_recorded_real_results() -> None:
     s = parse_scenario(SEED)
-    assert compare(model_view(s, "vllm-0.24.0"), _real()).agree
+    assert compare(model_view(s, V024), _real()).agree
     # the real 0.23.0 scheduler hits 31 tokens and loads block 1 on the seed
     real23 = _real(hit=31, lookups=[[0, 1]], loads=[[0, [1]]], copies=[[[1, 0, 1]]])
-    assert compare(model_view(s, "vllm-0.23.0"), real23).agree
-    v = compare(model_view(s, "vllm-0.24.0"), real23)
+    assert compare(model_view(s, V023), real23).agree
+    v = compare(model_view(s, V024), real23)
     assert not v.agree and any(d.startswith("hit:") for d in v.diffs)
 
 
@@ -102,7 +106,7 @@ def test_model_copies_follow_the_sub_block_skip() -> None:
     block 0 (block index 1 % 2, gpu_worker.py:321) and fills GPU blocks 1, 2, 3."""
     raw = dict(SEED, block_size_factor=2, prompt_tokens=80, num_computed_tokens=16,
                groups=[{"kind": "full_attention", "gpu_block_size": 16, "stored": "all"}])
-    mv = model_view(parse_scenario(raw), "vllm-0.24.0")
+    mv = model_view(parse_scenario(raw), V024)
     assert mv.hit == 48 and mv.copies == {0: ((0, 1, 1), (1, 0, 2), (1, 1, 3))}
 
 
@@ -129,7 +133,7 @@ def test_shrink_keeps_the_kind_of_disagreement() -> None:
     from sim.crosscheck.shrink import shrink, signature
 
     big = {
-        "semantics": "vllm-0.23.0", "block_size_factor": 2, "prompt_tokens": 200,
+        "semantics": V023, "block_size_factor": 2, "prompt_tokens": 200,
         "num_computed_tokens": 0, "in_flight_transfers": True,
         "groups": [
             {"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 40,

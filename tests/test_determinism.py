@@ -12,8 +12,12 @@ from typing import Any
 from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
+from releases import vllm_0_23_0, vllm_0_24_0
 from sim.cli import main as sim_main
 from tests import replay
+
+V023 = vllm_0_23_0.SEMANTICS.name
+V024 = vllm_0_24_0.SEMANTICS.name
 
 
 def _printed(argv: list[str]) -> str:
@@ -25,14 +29,14 @@ def _printed(argv: list[str]) -> str:
 
 def test_sim_run_same_seed_same_results() -> None:
     argv = ["run", "--workload", "chat", "--requests", "60", "--seed", "7", "--no-progress",
-            "--jobs", "1", "--semantics", "vllm-0.23.0,vllm-0.24.0"]
+            "--jobs", "1", "--semantics", f"{V023},{V024}"]
     a, b = (_printed(argv) for _ in range(2))
     results = [[ln for ln in x.splitlines() if "/s" not in ln] for x in (a, b)]  # not rates
     assert results[0] == results[1] and "CPU hit tokens" in a
 
 
 def test_sim_rerun_prints_the_same() -> None:
-    argv = ["rerun", "--semantics", "vllm-0.24.0", "--lengths", "17-33", "--json"]
+    argv = ["rerun", "--semantics", V024, "--lengths", "17-33", "--json"]
     assert _printed(argv) == _printed(argv)
 
 

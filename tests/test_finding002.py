@@ -23,7 +23,10 @@ from model.scenario import Scenario, load_scenario_file, parse_scenario
 from proofs import check_chunked, encoding_chunked
 from proofs.conformance import preconditions_holding
 from proofs.conformance_chunked import concrete
+from releases import vllm_0_24_0
 from tests.test_conformance_chunked import scenarios
+
+V024 = vllm_0_24_0.SEMANTICS.name
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "tests" / "scenarios" / "finding-002").glob("*.json"))
@@ -101,6 +104,6 @@ def test_precondition_formulas_conform_on_full_attention_alone(sizes: tuple[int,
     d = encoding_chunked.derive(enc, cfg, order)
     assert z3.is_true(z3.simplify(check_chunked.precondition(
         "full-chunk-within-windowed", enc, cfg, d))) == want
-    old = parse_scenario(raw | {"semantics": "vllm-0.24.0"})
+    old = parse_scenario(raw | {"semantics": V024})
     assert preconditions_holding(old, ["full-chunk-within-windowed"]) == {
         "full-chunk-within-windowed": want}

@@ -14,12 +14,16 @@ import pytest
 
 from model.evaluate import evaluate
 from model.scenario import parse_scenario
+from releases import fix_003_cap_min, vllm_0_33_0
+
+V033 = vllm_0_33_0.SEMANTICS.name
+CAP_MIN = fix_003_cap_min.SEMANTICS.name
 
 RESULTS = Path(__file__).resolve().parents[1] / "sim" / "gpu" / "results" / "findings"
 
 
 @pytest.mark.parametrize(("side", "semantics", "cap_hit"),
-                         [("stock", "vllm-0.33.0", 0), ("fix003", "alt-v033-cap-min", 32)])
+                         [("stock", V033, 0), ("fix003", CAP_MIN, 32)])
 def test_gpu_hits_are_the_models(side: str, semantics: str, cap_hit: int) -> None:
     r = json.loads((RESULTS / f"vllm-0.33.0-mamba-cap32-{side}.json").read_text())
     assert r["error"] is None and r["vllm_version"] == "0.33.0"

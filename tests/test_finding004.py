@@ -14,13 +14,16 @@ from eagle_pop_loss import compare  # noqa: E402
 
 from model.real_layouts import load_templates  # noqa: E402
 from model.scenario import scenario_to_json  # noqa: E402
+from releases import vllm_0_33_0  # noqa: E402
+
+V033 = vllm_0_33_0.SEMANTICS.name
 
 
 def test_eagle_pop_gives_one_chunk_back_exactly_off_chunk_multiples() -> None:
     row = next(t for t in load_templates() if t.key == "jamba/FLASH_ATTN/eagle")
     assert [g.eagle for g in row.groups] == [False] * 4 + [True]
     for prompt in (81, 120, 159, 160, 161, 200, 239, 240, 241):
-        s = row.scenario(semantics="vllm-0.33.0", prompt_tokens=prompt)
+        s = row.scenario(semantics=V033, prompt_tokens=prompt)
         assert all(g.get("stored") == "all" for g in scenario_to_json(s)["groups"])
         r = compare(s)
         assert r is not None

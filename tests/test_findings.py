@@ -1,9 +1,13 @@
 """The findings' reproductions on the real vLLM 0.33.0 scheduler, in its own environment.
 
 Marked ``crosscheck``: run by ``.ci/run`` after ``python -m sim.crosscheck.envs --vllm
-0.33.0`` made (or reused) the environment.  Each reproduction is a file written for vLLM's
-``tests/v1/kv_connector/unit/`` (``docs/findings/vllm_tests/``); run as a script it prints
-what the real scheduler did as JSON, and this test asserts that it still shows the bug.
+0.33.0`` made (or reused) the environment.  The reproductions of findings 001 and 003 are
+files for vLLM's ``tests/v1/kv_connector/unit/offloading_connector/``
+(``docs/findings/vllm_tests/``), written on vLLM 0.33.0's own test helpers; they run under
+pytest in that tree (``sim.crosscheck.vllm_tests``: the helpers come from the release's
+source distribution), on the release as shipped (they fail: the bug) and with the
+proposed fix applied in process (they pass).  Findings 002 and 004 pin intended
+behaviour: their files pass on the release.
 """
 
 from __future__ import annotations
@@ -17,7 +21,11 @@ import pytest
 
 from model.evaluate import evaluate
 from model.scenario import load_scenario_file, parse_scenario
+from releases import fix_003_cap_min
 from sim.crosscheck.envs import env_python
+from sim.crosscheck.vllm_tests import run_vllm_tests
+
+CAP_MIN = fix_003_cap_min.SEMANTICS.name
 
 pytestmark = pytest.mark.crosscheck
 
@@ -25,46 +33,28 @@ ROOT = Path(__file__).resolve().parents[1]
 REPRO = ROOT / "docs" / "findings" / "vllm_tests" / "test_offloading_mamba_state_at_hit_end.py"
 
 
-def run_in_newest(script: Path) -> dict[str, Any]:
-    python = env_python("0.33.0")
-    assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
-    proc = subprocess.run([str(python), str(script)], capture_output=True,
-                          text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result: dict[str, Any] = json.loads(proc.stdout)
-    return result
-
-
-def wrong_states(result: dict[str, Any]) -> list[tuple[int, int]]:
-    """(hit end, token the restored Mamba state was saved at) for every wrong load."""
-    return [(load["serves"][1], load["state_at"]) for load in result["mamba_loads"]
-            if load["state_at"] != load["serves"][1]]
-
-
 def test_finding_001_reproductions_show_the_bug_on_real_033_scheduler() -> None:
-    result = run_in_newest(REPRO)
-    connector, engine = result["connector"], result["engine_core"]
-    # the OffloadingConnectorScheduler with a store missing attention chunk 3
-    assert connector["hit"] == 48
-    assert wrong_states(connector) == [(48, 64)]
-    # the engine-core Scheduler with the real CPU tier: its LRU evicts A's tail,
-    # attention before Mamba at equal positions, while A is still running
-    assert engine["tier_after_A"] == [
-        "attn0@16", "attn1@32", "attn2@48", "attn3@64", "attn4@80", "attn5@96",
-        "mamba1@64", "mamba2@96"]
-    assert engine["tier_after_B_holds_of_A"] == ["attn0@16", "attn1@32", "attn2@48",
-                                                  "mamba1@64"]
-    assert engine["hit"] == 48
-    assert wrong_states(engine) == [(48, 64)]
-    # the sliding-window route (the layout vLLM makes for a Mamba2 hybrid with
-    # sliding-window attention on FlashInfer: Mamba group first, block 48; window
-    # group block 32): after A ends, one LRU eviction of A's window chunk ending at 192
-    sliding = result["engine_core_sliding"]
-    assert sliding["tier_after_A"] == ["attn0@32", "attn1@64", "attn2@96", "attn3@128",
-                                       "attn4@160", "attn5@192", "mamba3@192"]
-    assert sliding["tier_after_B_holds_of_A"] == sliding["tier_after_A"][:5] + ["mamba3@192"]
-    assert sliding["hit"] == 160
-    assert wrong_states(sliding) == [(160, 192)]
+    # the OffloadingConnectorScheduler (vLLM's MockOffloadingSpec) on the layout 0.33.0
+    # builds for a Mamba2 hybrid with sliding-window attention on FlashInfer (Mamba 48,
+    # window block 32), the window chunk ending at 192 missing; the forced full-attention
+    # shape (attention 16, Mamba 32), attention chunk 3 missing; the engine-core Scheduler
+    # with the real CPU tier, whose LRU evicts A's window chunk ending at 192 before the
+    # Mamba chunk ending there (the test asserts the tier's contents on the way)
+    outcomes = run_vllm_tests([REPRO])
+    sliding, full, engine = (outcomes[name] for name in (
+        "test_sliding_window_block_below_mamba_block",
+        "test_full_attention_block_below_mamba_block",
+        "test_engine_core_lru_tier_sliding_window_block_below_mamba_block"))
+    wrong = "-token hit restores the Mamba state saved at token "
+    assert sliding.startswith("fail: ") and f"a 160{wrong}192" in sliding
+    assert full.startswith("fail: ") and f"a 48{wrong}64" in full
+    assert engine.startswith("fail: ") and f"a 160{wrong}192" in engine
+
+
+def test_finding_001_completed_fix_passes_the_reproductions_on_real_033() -> None:
+    # docs/findings/001-fix-rerun.diff applied in process to the real 0.33.0 method
+    outcomes = run_vllm_tests([REPRO], fix="001b")
+    assert len(outcomes) == 3 and set(outcomes.values()) == {"pass"}, outcomes
 
 
 SEARCH = ROOT / "sim" / "crosscheck" / "adapters" / "state_search_chunked.py"
@@ -101,16 +91,14 @@ FIX = ROOT / "sim" / "crosscheck" / "adapters" / "fix_check_chunked.py"
 
 
 def test_proposed_fix_restores_the_state_at_the_hit_end_on_real_033() -> None:
-    # docs/findings/001-fix.diff applied to the real 0.33.0 method in the 0.33.0 env
+    # docs/findings/001-fix.diff applied to the real 0.33.0 method in the 0.33.0 env:
+    # the random searches find no wrong state; the reproductions pass
     python = env_python("0.33.0")
     assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
     proc = subprocess.run([str(python), str(FIX), "--check", "--cases", "300"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout)
-    for name in ("connector", "engine_core", "engine_core_sliding"):
-        assert wrong_states(result[name]) == [], result[name]
-    assert result["connector"]["hit"] == 32  # the Mamba chunk ending at 32 is stored
     for name in ("search_forced", "search_reachable"):
         assert result[name]["violations"] == 0 and result[name]["hits"] > 50, result[name]
     # the same cases on the unfixed method: the forced family breaks, and where every
@@ -118,6 +106,8 @@ def test_proposed_fix_restores_the_state_at_the_hit_end_on_real_033() -> None:
     assert result["unfixed_search_forced"]["violations"] > 0
     assert (result["unfixed_search_reachable"]["hit_tokens"]
             == result["search_reachable"]["hit_tokens"])
+    outcomes = run_vllm_tests([REPRO], fix="001")
+    assert set(outcomes.values()) == {"pass"}, outcomes
     for name, fix in (("001-fix.diff", "001"), ("001-fix-rerun.diff", "001b")):
         assert (ROOT / "docs" / "findings" / name).read_text() == subprocess.run(
             [str(python), str(FIX), "--diff", "--fix", fix], capture_output=True, text=True,
@@ -134,31 +124,25 @@ def test_finding_002_hit_inside_a_chunk_loses_nothing_on_real_033_engine_core() 
     # load writes the GPU blocks up to cdiv(hit, block), copied from the chunk holding
     # the hit's end, and the engine computes from the hit on (the tokens past the hit are
     # recomputed); the Mamba state is the one at the hit's end
-    result = run_in_newest(REPRO_002)
-    one, two = result["bpc1"], result["bpc2"]
-    assert one["hit"] == 1
-    assert one["loads"] == [{"keys": ["attn0", "mamba0"],
-                             "gpu_blocks": {"attn": [0, 1], "mamba": [0, 1]}}]
-    assert one["computed"] == [{"from": 1, "tokens": 1}, {"from": 2, "tokens": 1}]
-    assert one["mamba_states"] == [{"serves": [0, 1], "state_at": 1, "key_ends_at": 1}]
-    # two blocks per chunk: the attention chunk [0, 4) is named, one GPU block copied
-    assert two["hit"] == 2
-    assert two["loads"] == [{"keys": ["attn0", "mamba0"],
-                             "gpu_blocks": {"attn": [0, 1], "mamba": [1, 2]}}]
-    assert two["computed"] == [{"from": 2, "tokens": 4}, {"from": 6, "tokens": 1}]
-    assert two["mamba_states"] == [{"serves": [0, 2], "state_at": 2, "key_ends_at": 2}]
+    # (the vLLM-ready file pins these values itself; both cases pass on 0.33.0)
+    assert run_vllm_tests([REPRO_002]) == {
+        "test_engine_core_hit_inside_full_attention_chunk[bpc1]": "pass",
+        "test_engine_core_hit_inside_full_attention_chunk[bpc2]": "pass"}
+    # what the file pins: hit, GPU blocks [first, stop) per group, the state's position
+    pinned = {"hit-inside-full-attention-chunk.json": (1, {"attn": [0, 1], "mamba": [0, 1]}),
+              "hit-inside-full-attention-chunk-bpc2.json": (2, {"attn": [0, 1],
+                                                                "mamba": [1, 2]})}
     # the model names the same hit, keys, GPU blocks and state, and still flags the
     # shape as a whole-blocks counterexample (the invariant is stricter than correctness)
-    for name, real in (("hit-inside-full-attention-chunk.json", one),
-                       ("hit-inside-full-attention-chunk-bpc2.json", two)):
+    for name, (hit, gpu_blocks) in pinned.items():
         o = evaluate(load_scenario_file(SCENARIOS_002 / name))
-        assert o.hit_tokens == real["hit"]
+        assert o.hit_tokens == hit
         attn, mamba = o.loads
         for load, label in ((attn, "attn"), (mamba, "mamba")):
             assert load.gpu_block_index is not None
             assert [load.gpu_block_index, load.gpu_block_index + load.gpu_blocks] == \
-                real["loads"][0]["gpu_blocks"][label]
-        assert mamba.state_position == real["mamba_states"][0]["state_at"]
+                gpu_blocks[label]
+        assert mamba.state_position == hit
         # keys by the token each ends at: the attention chunk holding the hit's end
         assert [len(attn.blocks), len(mamba.blocks)] == [1, 1]
         assert [v.invariant for v in o.violations] == ["whole-blocks"]
@@ -169,42 +153,40 @@ SCENARIO_003 = (ROOT / "tests" / "scenarios" / "vllm-0.33.0-maximality"
                 / "mamba-load-cap-loses-a-chunk.json")
 
 
+CAP_TESTS = ("test_mamba_load_cap_keeps_the_chunk[None]",
+             "test_mamba_load_cap_keeps_the_chunk[33]",
+             "test_mamba_load_cap_keeps_the_chunk[32]",
+             "test_sliding_window_load_cap_keeps_the_chunk[True]",
+             "test_sliding_window_load_cap_keeps_the_chunk[False]")
+
+
 def test_finding_003_load_cap_loses_a_chunk_on_real_033_scheduler() -> None:
-    # docs/findings/003: Mamba align, block 16, prompt 33, every chunk stored; a
-    # max_load_tokens cap of 32 (below the prompt end) gets a hit of 16 on the real
-    # engine-core Scheduler + OffloadingConnector, no cap or a cap of 33 gets 32
-    result = run_in_newest(REPRO_003)
-    assert result == {"None": 32, "33": 32, "32": 16}
+    # docs/findings/003: a 33-token prompt, every chunk stored, max_load_tokens 32: hit 16
+    # where 32 keeps every rule, on one Mamba group (align, block 16; vLLM's
+    # MockOffloadingSpec) and on full attention + a sliding window (vLLM's RequestRunner,
+    # sync and async scheduling); no cap or a cap of 33 gets 32
+    outcomes = run_vllm_tests([REPRO_003])
+    assert sorted(outcomes) == sorted(CAP_TESTS)
+    for name, outcome in outcomes.items():
+        if name.endswith(("[None]", "[33]")):
+            assert outcome == "pass", (name, outcome)
+        else:
+            assert outcome.startswith("fail: ") and "max_load_tokens=32: hit 16" in outcome
     # the model gives the same lossy hit and names 32 as a valid hit (maximality)
     o = evaluate(load_scenario_file(SCENARIO_003))
-    assert o.hit_tokens == result["32"]
+    assert o.hit_tokens == 16
     assert [v.invariant for v in o.violations] == ["maximality"]
-
-
-VLLM_TEST = ROOT / "sim" / "crosscheck" / "adapters" / "vllm_test_chunked.py"
 
 
 def test_finding_003_fix_keeps_the_chunk_on_real_033_scheduler() -> None:
     # docs/findings/003-fix.diff (the last-prompt-token rule as a minimum with
-    # num_tokens - 1) applied to the real 0.33.0 method: the finding's vLLM-ready test
-    # fails on the release as shipped and passes with the fix; the model's
+    # num_tokens - 1) applied to the real 0.33.0 method: every test passes; the model's
     # alt-v033-cap-min gives the fixed hit and keeps maximality
-    python = env_python("0.33.0")
-    assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
-    outcomes = {}
-    for fix in (None, "003"):
-        proc = subprocess.run([str(python), str(VLLM_TEST), str(REPRO_003)]
-                              + ([] if fix is None else ["--fix", fix]),
-                              capture_output=True, text=True, timeout=600, cwd=ROOT)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        outcomes[fix] = json.loads(proc.stdout)["tests"]
-    cap = "test_load_cap_keeps_the_chunk"
-    control = "test_without_a_cap_below_the_prompt_the_hit_is_32"
-    assert outcomes[None][cap].startswith("fail: ") and "hit 16" in outcomes[None][cap]
-    assert outcomes[None][control] == "pass"
-    assert outcomes["003"] == {cap: "pass", control: "pass"}
-    o = evaluate(load_scenario_file(SCENARIO_003), "alt-v033-cap-min")
+    outcomes = run_vllm_tests([REPRO_003], fix="003")
+    assert outcomes == dict.fromkeys(CAP_TESTS, "pass"), outcomes
+    o = evaluate(load_scenario_file(SCENARIO_003), CAP_MIN)
     assert (o.hit_tokens, o.violations) == (32, ())
+    python = env_python("0.33.0")
     assert (ROOT / "docs" / "findings" / "003-fix.diff").read_text() == subprocess.run(
         [str(python), str(FIX), "--diff", "--fix", "003"], capture_output=True, text=True,
         timeout=300, cwd=ROOT).stdout
@@ -216,28 +198,28 @@ SCENARIO_004 = (ROOT / "tests" / "scenarios" / "vllm-0.33.0-maximality"
                 / "jamba-flash-attn-eagle-pops-a-stored-chunk.json")
 
 
+EAGLE_TESTS = {"test_eagle_group_gives_the_trailing_chunk_back[161-True-80]": "pass",
+               "test_eagle_group_gives_the_trailing_chunk_back[161-False-160]": "pass",
+               "test_eagle_group_gives_the_trailing_chunk_back[240-True-160]": "pass"}
+
+
 def test_finding_004_eagle_gives_a_chunk_back_on_real_033_scheduler() -> None:
     # docs/findings/004: jamba / FLASH_ATTN / EAGLE (Mamba align 80 x4, full 80 EAGLE),
-    # every chunk stored: a 161-token prompt gets 80 on the real engine-core Scheduler +
-    # OffloadingConnector (the EAGLE group pops [80, 160)); without the EAGLE flag, or
-    # with a third chunk stored (prompt 240), 160
-    result = run_in_newest(REPRO_004)
-    assert result == {"eagle/161": 80, "plain/161": 160, "eagle/240": 160}
+    # every chunk stored: a 161-token prompt gets 80 on the real OffloadingConnector-
+    # Scheduler (the EAGLE group pops [80, 160)); without the EAGLE flag, or with a third
+    # chunk stored (prompt 240), 160.  The vLLM-ready file documents intended behaviour:
+    # its three cases (hits in their ids) pass on 0.33.0
+    assert run_vllm_tests([REPRO_004]) == EAGLE_TESTS
+    result = {"eagle/161": 80, "plain/161": 160, "eagle/240": 160}
     # the model gives the same hits and names 160 as a valid hit (maximality) only
     # for the EAGLE pop at the prompt's end
     raw = json.loads(SCENARIO_004.read_text())
     o = evaluate(load_scenario_file(SCENARIO_004))
-    assert (o.hit_tokens, [v.invariant for v in o.violations]) == (80, ["maximality"])
+    assert (o.hit_tokens, [v.invariant for v in o.violations]) == (result["eagle/161"],
+                                                                    ["maximality"])
     plain = {**raw, "groups": [{k: v for k, v in g.items() if k != "eagle"}
                                for g in raw["groups"]]}
     for label, variant in (("plain/161", plain), ("eagle/240", {**raw, "prompt_tokens": 240})):
         variant = {k: v for k, v in variant.items() if k not in ("expect", "valid_hit")}
         o = evaluate(parse_scenario(variant))
         assert (o.hit_tokens, o.violations) == (result[label], ()), label
-    # the vLLM-ready file documents intended behaviour: both its tests pass on 0.33.0
-    proc = subprocess.run([str(env_python("0.33.0")), str(VLLM_TEST), str(REPRO_004)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert json.loads(proc.stdout)["tests"] == {
-        "test_eagle_group_gives_the_trailing_chunk_back": "pass",
-        "test_without_eagle_or_with_the_next_chunk_stored_the_hit_is_160": "pass"}

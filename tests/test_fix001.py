@@ -23,12 +23,14 @@ from hypothesis import HealthCheck, given, settings
 from model.evaluate import evaluate
 from model.layout_chunked import ChunkLayout
 from model.scenario import Scenario, iter_scenario_paths, load_scenario_file
+from releases import alt_round_num_hit, fix_001_reround, fix_001_reround_rerun, vllm_0_33_0
 from sim.crosscheck.gen import scenarios
 
 ROOT = Path(__file__).resolve().parents[1]
 FINDING_DIRS = (ROOT / "tests" / "scenarios" / "vllm-0.33.0-breaks",
                 ROOT / "tests" / "scenarios" / "finding-001")
-STOCK, FIX, RERUN = "vllm-0.33.0", "alt-v033-reround-mamba", "alt-v033-reround-mamba-rerun"
+STOCK, FIX, RERUN = (vllm_0_33_0.SEMANTICS.name, fix_001_reround.SEMANTICS.name,
+                     fix_001_reround_rerun.SEMANTICS.name)
 FIX_BREAKS = ROOT / "tests" / "scenarios" / "finding-001-fix-breaks"
 
 
@@ -120,7 +122,7 @@ def test_crosscheck_semantics_option_refuses_bad_input(capsys: pytest.CaptureFix
     assert fix_for("0.33.0", STOCK) is None
     assert (fix_for("0.33.0", FIX), fix_for("0.33.0", RERUN)) == ("001", "001b")
     for argv in (["--vllm", "0.24.0", "--semantics", FIX],
-                 ["--vllm", "0.33.0", "--semantics", "alt-round-num-hit"],
+                 ["--vllm", "0.33.0", "--semantics", alt_round_num_hit.SEMANTICS.name],
                  ["--vllm", "0.24.0,0.33.0", "--semantics", FIX]):
         with pytest.raises(SystemExit) as exc:
             main(argv)

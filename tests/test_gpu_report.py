@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from releases import vllm_0_24_0
 from sim.gpu import report
 from sim.gpu.driver import BadInput, first_diff, make_prompts, parse_lengths
 from sim.gpu.driver import main as driver_main
+
+V024 = vllm_0_24_0.SEMANTICS.name
 
 RESULTS = report.RESULTS
 BOUNDARIES = {32, 48, 64, 80}
@@ -95,7 +98,7 @@ def test_cold_outputs_are_the_transformers_outputs(cases: list[report.Case]) -> 
 def test_scenario_uses_the_store_content_the_engine_held(cases: list[report.Case]) -> None:
     c = _case(cases, "vllm-0.24.0-hybrid-stock")
     row = next(r for r in c.rows if r.length == 32)
-    s = report.scenario_for(c, row, "vllm-0.24.0")
+    s = report.scenario_for(c, row, V024)
     assert s["prompt_tokens"] == 32 and s["block_size_factor"] == 1
     assert s["groups"] == [
         {"kind": "mamba", "gpu_block_size": 16, "stored": [1], "mamba_cache_mode": "align"},

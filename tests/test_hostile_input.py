@@ -30,11 +30,16 @@ from model.scenario import (
     decode_json,
     parse_scenario,
 )
+from releases import alt_round_num_hit, vllm_0_23_0, vllm_0_24_0
 from tests.replay import remember
+
+V023 = vllm_0_23_0.SEMANTICS.name
+V024 = vllm_0_24_0.SEMANTICS.name
+ROUND_NUM_HIT = alt_round_num_hit.SEMANTICS.name
 
 ROOT = Path(__file__).resolve().parent.parent
 VALID: dict[str, Any] = {
-    "semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 64,
+    "semantics": V024, "block_size_factor": 1, "prompt_tokens": 64,
     "num_computed_tokens": 0,
     "groups": [
         {"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align", "stored": "all"},
@@ -50,7 +55,7 @@ json_scalars = st.one_of(
     st.integers(-3, 70), st.integers(-(10**40), 10**40), st.sampled_from([0, -1, 2**24, 2**24 + 1,
                                                                           10**10, 10**30]),
     st.floats(allow_nan=False, allow_infinity=False),
-    st.sampled_from(["all", "align", "none", "mamba", "sliding_window", "vllm-0.23.0"]))
+    st.sampled_from(["all", "align", "none", "mamba", "sliding_window", V023]))
 json_values = st.recursive(json_scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
     max_leaves=8)
@@ -156,13 +161,13 @@ def test_missing_semantics_takes_the_flag() -> None:
     raw = {k: v for k, v in VALID.items() if k != "semantics"}
     with pytest.raises(ScenarioError, match="^semantics: required field is missing"):
         parse_scenario(raw)
-    assert parse_scenario(raw, "vllm-0.23.0").semantics == "vllm-0.23.0"
+    assert parse_scenario(raw, V023).semantics == V023
 
 
 def test_largest_prompt_answers_quickly() -> None:
     raw = {**VALID, "prompt_tokens": MAX_TOKENS}
     t0 = time.monotonic()
-    for sem in ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit"):
+    for sem in (V023, V024, ROUND_NUM_HIT):
         evaluate(parse_scenario(raw), sem)
     assert time.monotonic() - t0 < 5
 
@@ -182,10 +187,12 @@ def run_main(main: Callable[[list[str]], int], argv: list[str]) -> tuple[int, st
 def _mains() -> dict[str, Callable[[list[str]], int]]:
     from model.cli import main as model_main
     from proofs.__main__ import main as proofs_main
+    from publish.__main__ import main as publish_main
     from sim.cli import main as sim_main
     from sim.crosscheck.cli import main as crosscheck_main
     from sim.gpu.report import main as gpu_main
-    return {"model": model_main, "proofs": proofs_main, "sim": sim_main,  # type: ignore[dict-item]
+    return {"model": model_main, "proofs": proofs_main,  # type: ignore[dict-item]
+            "publish": publish_main, "sim": sim_main,  # type: ignore[dict-item]
             "crosscheck": crosscheck_main, "gpu": gpu_main}  # type: ignore[dict-item]
 
 
@@ -197,19 +204,22 @@ HOSTILE_ARGV = [
     ("proofs", ["--timeout", "nan"]), ("proofs", ["--timeout", "inf"]),
     ("proofs", ["--timeout", "-1"]), ("proofs", ["--jobs", "0"]),
     ("proofs", ["--jobs", "10000000000"]), ("proofs", ["--semantics", "vllm-9"]),
-    ("proofs", ["--theorem", "nope"]), ("proofs", ["--report", ""]),
-    ("proofs", ["--report", "BAD_UTF8"]), ("proofs", ["--mutants", "--mutant", "no-such"]),
+    ("proofs", ["--theorem", "nope"]), ("proofs", ["--report", "report"]),
+    ("proofs", ["--mutants"]), ("publish", ["--timeout", "nan"]), ("publish", ["--jobs", "0"]),
+    ("publish", ["--semantics", "vllm-9"]), ("publish", ["--theorem", "nope"]),
+    ("publish", ["--report", ""]), ("publish", ["--report", "BAD_UTF8"]),
+    ("publish", ["--mutants", "--mutant", "no-such"]),
     ("sim", ["run", "--workload", "chat", "--requests", "10000000000", "--semantics",
-             "vllm-0.24.0"]),
-    ("sim", ["run", "--workload", "nope", "--requests", "3", "--semantics", "vllm-0.24.0"]),
+             V024]),
+    ("sim", ["run", "--workload", "nope", "--requests", "3", "--semantics", V024]),
     ("sim", ["run", "--workload", "chat", "--requests", "3", "--semantics", ""]),
-    ("sim", ["run", "--workload", "chat", "--requests", "3", "--semantics", "vllm-0.24.0",
+    ("sim", ["run", "--workload", "chat", "--requests", "3", "--semantics", V024,
              "--fail-on-corruption", "vllm-9"]),
-    ("sim", ["rerun", "--semantics", "vllm-0.24.0", "--lengths", "1-1000000000"]),
-    ("sim", ["rerun", "--semantics", "vllm-0.24.0", "--lengths", "5", "--block-size", "-3"]),
-    ("sim", ["rerun", "--semantics", "vllm-0.24.0", "--lengths", "5",
+    ("sim", ["rerun", "--semantics", V024, "--lengths", "1-1000000000"]),
+    ("sim", ["rerun", "--semantics", V024, "--lengths", "5", "--block-size", "-3"]),
+    ("sim", ["rerun", "--semantics", V024, "--lengths", "5",
              "--attention-groups", "1000000"]),
-    ("sim", ["rerun", "--semantics", "vllm-0.24.0", "--lengths", "5", "--store-latency",
+    ("sim", ["rerun", "--semantics", V024, "--lengths", "5", "--store-latency",
              "1-99999999999"]),
     ("sim", []),
     ("crosscheck", ["--vllm", "9.9.9"]), ("crosscheck", ["--vllm", ""]),
@@ -229,7 +239,7 @@ def files() -> Any:
         (p / "bad.json").write_bytes(b'{"semantics": "\xff\xfe"}')
         (p / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
         (p / "huge.json").write_text(json.dumps({**VALID, "prompt_tokens": 10**30}))
-        (p / "dup.json").write_text('{"semantics": "vllm-0.24.0", "semantics": "x"}')
+        (p / "dup.json").write_text(f'{{"semantics": "{V024}", "semantics": "x"}}')
         (p / "gpu").mkdir()
         (p / "gpu" / "vllm-0.24.0-x.json").write_text('{"schema": "sim-gpu-result/1", '
                                                       '"groups": [{"kind": "mamba", '

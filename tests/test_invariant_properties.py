@@ -8,7 +8,11 @@ from hypothesis import strategies as st
 
 from model.evaluate import evaluate
 from model.scenario import Group, Scenario
+from releases import vllm_0_23_0, vllm_0_24_0
 from tests.replay import remember
+
+V023 = vllm_0_23_0.SEMANTICS.name
+V024 = vllm_0_24_0.SEMANTICS.name
 
 KINDS = ("full_attention", "sliding_window", "mamba")
 
@@ -44,7 +48,7 @@ def violated(s: Scenario, invariant: str) -> bool:
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios("vllm-0.24.0", same_size=True, mode="align"))
+@given(scenarios(V024, same_size=True, mode="align"))
 def test_0_24_0_keeps_all_four_with_one_block_size_in_align_mode(s: Scenario) -> None:
     remember(s)
     o = evaluate(s)
@@ -52,7 +56,7 @@ def test_0_24_0_keeps_all_four_with_one_block_size_in_align_mode(s: Scenario) ->
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios("vllm-0.23.0", same_size=True, mode="align"))
+@given(scenarios(V023, same_size=True, mode="align"))
 def test_0_23_0_keeps_the_other_three(s: Scenario) -> None:
     remember(s)
     o = evaluate(s)
@@ -67,20 +71,20 @@ def _find(semantics: str, invariant: str, same_size: bool, mode: str | None = No
 
 
 def test_0_23_0_breaks_no_partial_state() -> None:
-    s = _find("vllm-0.23.0", "no-partial-state", True, "align")
+    s = _find(V023, "no-partial-state", True, "align")
     assert s.prompt_tokens >= 2
 
 
 def test_0_24_0_breaks_no_partial_state_in_all_mode() -> None:
-    s = _find("vllm-0.24.0", "no-partial-state", True, "all")
+    s = _find(V024, "no-partial-state", True, "all")
     assert any(g.mamba_cache_mode == "all" for g in s.groups)
 
 
 def test_0_24_0_breaks_whole_blocks_with_mixed_block_sizes() -> None:
-    s = _find("vllm-0.24.0", "whole-blocks", False, "align")
+    s = _find(V024, "whole-blocks", False, "align")
     assert len({g.gpu_block_size for g in s.groups}) > 1
 
 
 def test_0_24_0_breaks_loads_stored_only_with_mixed_block_sizes() -> None:
-    s = _find("vllm-0.24.0", "loads-stored-only", False, "align", KINDS)
+    s = _find(V024, "loads-stored-only", False, "align", KINDS)
     assert len({g.gpu_block_size for g in s.groups}) > 1

@@ -10,6 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import releases
 from model.layout import (
     STARTUP_FIELDS,
     STARTUP_GROUP_FIELDS,
@@ -20,9 +21,11 @@ from model.layout import (
 from model.real_layouts import load_templates
 from model.scenario import Group, Scenario, ScenarioError
 from model.semantics import get_semantics
+from releases import vllm_0_24_0
 from tests.test_invariant_properties import scenarios
 
-SEMANTICS = ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit", "alt-cache-config-block-size")
+V024 = vllm_0_24_0.SEMANTICS.name
+SEMANTICS = releases.names(family="block")
 
 
 class _Reads:
@@ -78,8 +81,8 @@ def test_a_mutant_of_start_up_is_not_answered_from_the_kept_layouts() -> None:
     # layouts kept before a mutant is applied were resolved by other code
     from proofs.mutants import applied
 
-    s = Scenario("vllm-0.24.0", 2, 64, 0, (Group("mamba", 4, mamba_cache_mode="align"),))
-    sem = get_semantics("vllm-0.24.0")
+    s = Scenario(V024, 2, 64, 0, (Group("mamba", 4, mamba_cache_mode="align"),))
+    sem = get_semantics(V024)
     assert startup_layout(s, sem).mamba_align_size == 8
     for name, align in (("align-gpu-block-size", 4), (None, 8)):
         with applied(name):

@@ -19,8 +19,11 @@ from model.real_layouts import (
     parse_table,
 )
 from model.semantics import get_semantics
+from releases import vllm_0_24_0
 from sim.layouts.cli import main, render_file
 from sim.layouts.strategy import real_layout_scenarios
+
+V024 = vllm_0_24_0.SEMANTICS.name
 
 MD = DEFAULT_TABLE.with_suffix(".md")
 
@@ -53,16 +56,16 @@ def test_every_template_loads_as_a_scenario() -> None:
         if not t.accepted:
             assert t.refused_by and t.refused_by.startswith("vllm/"), t.key
             with pytest.raises(LayoutError):
-                t.scenario_json(semantics="vllm-0.24.0", prompt_tokens=16)
+                t.scenario_json(semantics=V024, prompt_tokens=16)
             continue
         prompt = math.lcm(*(g.block_size for g in t.groups)) * 2
-        s = t.scenario(semantics="vllm-0.24.0", prompt_tokens=prompt)
+        s = t.scenario(semantics=V024, prompt_tokens=prompt)
         assert [(g.kind, g.gpu_block_size, g.sliding_window, g.eagle) for g in s.groups] == [
             (g.kind, g.block_size, g.sliding_window, g.eagle) for g in t.groups]
         assert s.block_size_factor == (t.blocks_per_chunk or 1)
         assert s.hash_block_size == t.prefix_match_unit
         try:
-            layout = resolve_layout(s, get_semantics("vllm-0.24.0"))
+            layout = resolve_layout(s, get_semantics(V024))
         except Refused as e:
             assert e.check.startswith("vllm/")
             continue

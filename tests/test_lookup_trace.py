@@ -11,6 +11,9 @@ import pytest
 
 from model.evaluate import evaluate
 from model.scenario import parse_scenario
+from releases import vllm_0_24_0
+
+V024 = vllm_0_24_0.SEMANTICS.name
 
 
 def _fa(**k: Any) -> dict[str, Any]:
@@ -57,7 +60,7 @@ CASES: dict[str, tuple[dict[str, Any], int | None, str, int, list[tuple[Any, ...
 @pytest.mark.parametrize("case", CASES)
 def test_trace(case: str) -> None:
     fields, hit, reason, passes, steps = CASES[case]
-    s = parse_scenario({"semantics": "vllm-0.24.0", "block_size_factor": 1,
+    s = parse_scenario({"semantics": V024, "block_size_factor": 1,
                         "num_computed_tokens": 0, **fields})
     o = evaluate(s)
     assert o.lookup is not None and o.hit_tokens == hit

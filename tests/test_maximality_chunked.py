@@ -24,8 +24,11 @@ from model.layout_chunked import ChunkLayout
 from model.scenario import Scenario, ScenarioError, parse_scenario
 from proofs import check_chunked, encoding_chunked
 from proofs.conformance_chunked import concrete, in_scope, valid_hits
+from releases import vllm_0_33_0
 from tests import gen_chunked as gen
 from tests.test_conformance_chunked import ENCODING_SABOTAGES, sabotaged
+
+V033 = vllm_0_33_0.SEMANTICS.name
 
 EXAMPLES = 120  # the default suite: about 4 s for the file
 
@@ -160,7 +163,7 @@ def test_dropping_a_rule_from_the_model_is_caught(rule: str,
 # --- the scenario field and the command line ----------------------------------------
 
 EAGLE = {  # the EAGLE group pops its trailing chunk: hit 1 where 2 is valid
-    "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 2,
+    "semantics": V033, "block_size_factor": 1, "prompt_tokens": 2,
     "num_computed_tokens": 0,
     "groups": [{"kind": "full_attention", "gpu_block_size": 1, "stored": "all",
                 "eagle": True}]}

@@ -32,8 +32,12 @@ from proofs.conformance_chunked import valid_hits
 from proofs.conformance_turn_chunked import concrete_config, in_scope
 from proofs.encoding import Enc
 from proofs.lemmas_chunked import Lemma
+from releases import fix_003_cap_min, vllm_0_33_0
 from tests.test_maximality_chunked import GENERATED
 from tests.test_proof_layers_chunked import LAYOUTS, SEMANTICS, _layout_scenarios
+
+V033 = vllm_0_33_0.SEMANTICS.name
+CAP_MIN = fix_003_cap_min.SEMANTICS.name
 
 PRE = ("no-eagle", "caps-reach-prompt")
 
@@ -246,7 +250,7 @@ def _small(cfg: turn_chunked.Cfg, st: Any, t: Any) -> list[z3.BoolRef]:
 
 def test_sabotage_unguarded_keeps_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
     """keeps without its guard (a bound at or above the valid hit) is false."""
-    sem = get_semantics("vllm-0.33.0")
+    sem = get_semantics(V033)
     assert (
         _check(maximality_layers_chunked.lemma_query(sem, PRE, "keeps", "full_attention"))
         == z3.unsat
@@ -282,7 +286,7 @@ def test_sabotage_dropped_assumption_turns_red(
 def test_caps_reach_prompt_needed() -> None:
     """Without caps-reach-prompt a valid hit may end past the initial bound (a cap below
     the prompt still loses the last-token margin): lemma valid-below-m0 fails."""
-    sem = get_semantics("vllm-0.33.0")
+    sem = get_semantics(V033)
     assert (
         _check(
             maximality_layers_chunked.lemma_query(
@@ -299,7 +303,7 @@ def test_caps_reach_prompt_needed() -> None:
 def test_no_eagle_needed() -> None:
     """Without no-eagle an EAGLE group's pop cuts the bound below a valid hit: lemma
     keeps fails."""
-    sem = get_semantics("vllm-0.33.0")
+    sem = get_semantics(V033)
     assert (
         _check(
             maximality_layers_chunked.lemma_query(
@@ -323,7 +327,7 @@ def test_strengthened_to_no_hit_has_no_witness(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(
         maximality_layers_chunked.GLOBAL_RULES, "nothing", lambda enc, cfg, d, h, y: h <= 0
     )
-    w = maximality_layers_chunked.witness(get_semantics("vllm-0.33.0"), PRE, 20_000)
+    w = maximality_layers_chunked.witness(get_semantics(V033), PRE, 20_000)
     assert not w.found and "vacuous" in w.note
 
 
@@ -349,12 +353,12 @@ def test_layered_maximality_proves_and_needs_caps() -> None:
         ), semantics
     # finding 003's fix keeps the last-token margin below a cap: no-eagle alone
     assert (
-        maximality_layers_chunked.prove(get_semantics("alt-v033-cap-min"), ("no-eagle",), 300_000)[
+        maximality_layers_chunked.prove(get_semantics(CAP_MIN), ("no-eagle",), 300_000)[
             0
         ]
         == "PROVED"
     )
     status, where, _ = maximality_layers_chunked.prove(
-        get_semantics("vllm-0.33.0"), ("no-eagle",), 300_000
+        get_semantics(V033), ("no-eagle",), 300_000
     )
     assert status == "FAILED" and "valid-below-m0" in where, (status, where)

@@ -12,6 +12,12 @@ import pytest
 
 from model.evaluate import evaluate
 from model.scenario import ScenarioError, parse_scenario, scenario_to_json
+from releases import alt_cache_config_block_size, alt_round_num_hit, vllm_0_23_0, vllm_0_24_0
+
+V023 = vllm_0_23_0.SEMANTICS.name
+V024 = vllm_0_24_0.SEMANTICS.name
+ROUND_NUM_HIT = alt_round_num_hit.SEMANTICS.name
+CACHE_CONFIG = alt_cache_config_block_size.SEMANTICS.name
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,10 +34,10 @@ def violated(o: Any) -> set[str]:
 
 
 @pytest.mark.parametrize(("prompt", "semantics", "hit", "bad"), [
-    (32, "vllm-0.23.0", 31, {"no-partial-state"}),
-    (32, "vllm-0.24.0", 16, set()),
-    (33, "vllm-0.23.0", 32, set()),
-    (33, "vllm-0.24.0", 32, set()),
+    (32, V023, 31, {"no-partial-state"}),
+    (32, V024, 16, set()),
+    (33, V023, 32, set()),
+    (33, V024, 32, set()),
 ])
 def test_seed_cases(prompt: int, semantics: str, hit: int, bad: set[str]) -> None:
     o = evaluate(parse_scenario(mamba(prompt, semantics)))
@@ -40,13 +46,13 @@ def test_seed_cases(prompt: int, semantics: str, hit: int, bad: set[str]) -> Non
 
 
 def test_seed_load_brings_state_at_32() -> None:
-    o = evaluate(parse_scenario(mamba(32, "vllm-0.23.0")))
+    o = evaluate(parse_scenario(mamba(32, V023)))
     assert [(tuple(ld.blocks), ld.state_position) for ld in o.loads] == [((1,), 32)]
 
 
 def test_mamba_all_mode_breaks_on_0_24_0() -> None:
     # vLLM issue #51094 (fixed upstream in 0.28.0): the fix only rounds for align mode
-    o = evaluate(parse_scenario(mamba(32, "vllm-0.24.0", mode="all")))
+    o = evaluate(parse_scenario(mamba(32, V024, mode="all")))
     assert o.hit_tokens == 31
     assert "no-partial-state" in violated(o)
 
@@ -57,46 +63,46 @@ def test_sub_block_copy_restores_the_gpu_block_state() -> None:
     (gpu_worker.py:321, block index from scheduler.py:749): the state saved at token 48
     if one was stored there, not the one at the end of the offloaded block (64). Only
     the last sub-block is surely stored, so the invariant still fails, saying why."""
-    raw = mamba(64, "alt-round-num-hit", block_size_factor=2, num_computed_tokens=16)
+    raw = mamba(64, ROUND_NUM_HIT, block_size_factor=2, num_computed_tokens=16)
     o = evaluate(parse_scenario(raw))
     assert o.hit_tokens == 32 and violated(o) == {"no-partial-state"}
     assert [(tuple(ld.blocks), ld.copies, ld.state_position, ld.state_in_last_sub_block)
             for ld in o.loads] == [((1,), ((1, 0, 2),), 48, False)]
     assert "restores sub-block 0 of offloaded block 1" in o.violations[0].message
-    assert not violated(evaluate(parse_scenario(raw), "vllm-0.24.0"))
+    assert not violated(evaluate(parse_scenario(raw), V024))
 
 
 def test_resumed_request_reads_num_tokens() -> None:
     """A resumed request's output tokens count: the lookup reads request.num_tokens."""
-    new = evaluate(parse_scenario(mamba(32, "vllm-0.24.0")))
-    resumed = evaluate(parse_scenario(mamba(32, "vllm-0.24.0", output_tokens=17)))
+    new = evaluate(parse_scenario(mamba(32, V024)))
+    resumed = evaluate(parse_scenario(mamba(32, V024, output_tokens=17)))
     assert new.hit_tokens == 16 and resumed.hit_tokens == 48
 
 
 def test_context_parallel_scales_the_block_size() -> None:
-    o = evaluate(parse_scenario(mamba(64, "vllm-0.24.0", context_parallel_size=2)))
+    o = evaluate(parse_scenario(mamba(64, V024, context_parallel_size=2)))
     assert o.layout is not None and o.layout.groups[0].offloaded_block_size == 32
     assert o.hit_tokens == 32
-    two = mamba(64, "vllm-0.24.0", context_parallel_size=2)
+    two = mamba(64, V024, context_parallel_size=2)
     two["groups"].append({"kind": "full_attention", "gpu_block_size": 16, "stored": "all"})
     assert "context_parallel_size" in (evaluate(parse_scenario(two)).refused or "")
 
 
 def test_alt_cache_config_stale_block_size() -> None:
     # a stale mamba_block_size smaller than the GPU block: the hit ends inside a block
-    raw = mamba(64, "alt-cache-config-block-size", block_size_factor=2, mamba_block_size=8)
+    raw = mamba(64, CACHE_CONFIG, block_size_factor=2, mamba_block_size=8)
     o = evaluate(parse_scenario(raw))
     assert o.hit_tokens == 56 and "no-partial-state" in violated(o)
     # a stale size of one GPU block with factor 2: the worker copies the sub-block whose
     # state would be the one at the hit's end (gpu_worker.py:321), not a surely stored one
-    raw = mamba(64, "alt-cache-config-block-size", block_size_factor=2, mamba_block_size=16)
+    raw = mamba(64, CACHE_CONFIG, block_size_factor=2, mamba_block_size=16)
     o = evaluate(parse_scenario(raw))
     assert o.hit_tokens == 48 and o.loads[0].state_position == 48
     assert "restores sub-block 0" in o.violations[0].message
 
 
 def test_deferred_and_being_loaded() -> None:
-    raw = mamba(48, "vllm-0.24.0")
+    raw = mamba(48, V024)
     raw["groups"][0]["deferred"] = [1]
     assert evaluate(parse_scenario(raw)).hit_tokens is None
     raw["groups"][0]["deferred"] = []
@@ -107,27 +113,27 @@ def test_deferred_and_being_loaded() -> None:
 
 
 def test_skip_reading_and_in_flight_are_0_24_0_only() -> None:
-    raw = mamba(48, "vllm-0.24.0", skip_reading_prefix_cache=True)
+    raw = mamba(48, V024, skip_reading_prefix_cache=True)
     assert evaluate(parse_scenario(raw)).hit_tokens == 0
-    assert evaluate(parse_scenario(raw), "vllm-0.23.0").hit_tokens == 47
-    raw = mamba(48, "vllm-0.24.0", in_flight_transfers=True)
+    assert evaluate(parse_scenario(raw), V023).hit_tokens == 47
+    raw = mamba(48, V024, in_flight_transfers=True)
     assert evaluate(parse_scenario(raw)).hit_tokens is None
-    assert evaluate(parse_scenario(raw), "vllm-0.23.0").hit_tokens == 47
+    assert evaluate(parse_scenario(raw), V023).hit_tokens == 47
 
 
 def test_eagle_sliding_window_pops_a_block() -> None:
-    raw = {"semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 64,
+    raw = {"semantics": V024, "block_size_factor": 1, "prompt_tokens": 64,
            "num_computed_tokens": 0,
            "groups": [{"kind": "full_attention", "gpu_block_size": 16, "stored": "all"},
                       {"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 16,
                        "eagle": True, "stored": "all"}]}
     assert evaluate(parse_scenario(raw)).hit_tokens == 48
-    assert evaluate(parse_scenario(raw), "vllm-0.23.0").hit_tokens == 63
+    assert evaluate(parse_scenario(raw), V023).hit_tokens == 63
 
 
 def test_convergence_reruns_sliding_windows() -> None:
     # two window groups whose acceptable ends interleave: the loop ping-pongs down
-    raw = {"semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 161,
+    raw = {"semantics": V024, "block_size_factor": 1, "prompt_tokens": 161,
            "num_computed_tokens": 0,
            "groups": [{"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 32,
                        "stored": [0, 1, 3, 4, 6, 7, 8, 9]},
@@ -147,14 +153,14 @@ def test_convergence_reruns_sliding_windows() -> None:
     ({"colour": 1}, "colour"),
 ])
 def test_bad_input_names_field(patch: dict[str, Any], field: str) -> None:
-    raw = mamba(32, "vllm-0.24.0")
+    raw = mamba(32, V024)
     raw.update(patch)
     with pytest.raises(ScenarioError, match=f"^{field}"):
         parse_scenario(raw)
 
 
 def test_bad_group_fields() -> None:
-    raw = mamba(32, "vllm-0.24.0")
+    raw = mamba(32, V024)
     raw["groups"] = [{"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 0,
                       "stored": "all"}]
     with pytest.raises(ScenarioError, match=r"^groups\[0\]\.sliding_window"):
@@ -166,23 +172,23 @@ def test_bad_group_fields() -> None:
 
 
 def test_refused_layouts() -> None:
-    raw = mamba(64, "vllm-0.24.0")
+    raw = mamba(64, V024)
     raw["groups"].append({"kind": "mamba", "gpu_block_size": 32, "mamba_cache_mode": "align",
                           "stored": "all"})
     o = evaluate(parse_scenario(raw))
     # a Mamba group off the cache block size backs the hash size off to the lcm (32)
     assert o.refused and "base.py:493" in o.refused
-    raw = mamba(64, "vllm-0.24.0", block_size_factor=2)
+    raw = mamba(64, V024, block_size_factor=2)
     raw["groups"].append({"kind": "full_attention", "gpu_block_size": 8, "stored": "all"})
     o = evaluate(parse_scenario(raw))
     assert o.refused and "base.py" in o.refused
-    raw = mamba(64, "vllm-0.24.0", num_computed_tokens=8)
+    raw = mamba(64, V024, num_computed_tokens=8)
     assert evaluate(parse_scenario(raw)).refused
     assert evaluate(parse_scenario(raw), enforce=False).refused is None
 
 
 def test_json_round_trip() -> None:
-    raw = mamba(40, "vllm-0.24.0", in_flight_transfers=True, mamba_block_size=16)
+    raw = mamba(40, V024, in_flight_transfers=True, mamba_block_size=16)
     raw["groups"].append({"kind": "sliding_window", "gpu_block_size": 16, "sliding_window": 20,
                           "eagle": True, "stored": [0, 2], "deferred": [1],
                           "being_loaded": [2]})
@@ -197,7 +203,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_exit_codes_and_json(tmp_path: Path) -> None:
     good = tmp_path / "good.json"
-    good.write_text(json.dumps(mamba(33, "vllm-0.23.0")))
+    good.write_text(json.dumps(mamba(33, V023)))
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     seed = ROOT / "tests/scenarios/seed-boundary-32.json"
@@ -217,14 +223,14 @@ def test_cli_exit_codes_and_json(tmp_path: Path) -> None:
 
 def test_cli_directory(tmp_path: Path) -> None:
     for n in (32, 33):
-        (tmp_path / f"{n}.json").write_text(json.dumps(mamba(n, "vllm-0.24.0")))
+        (tmp_path / f"{n}.json").write_text(json.dumps(mamba(n, V024)))
     r = run_cli("lookup", str(tmp_path), "--json")
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 2
 
 
 def test_in_flight_load_trips_0_23_0_assertion() -> None:
     # the real 0.23.0 scheduler asserts no job is pending when it issues the load
-    raw = mamba(48, "vllm-0.23.0", in_flight_transfers=True)
+    raw = mamba(48, V023, in_flight_transfers=True)
     o = evaluate(parse_scenario(raw))
     assert o.hit_tokens == 47 and o.assertion and "scheduler.py:658" in o.assertion
 
@@ -289,7 +295,7 @@ def test_work_is_bounded_by_listed_blocks_not_prompt() -> None:
 
     from model.scenario import MAX_TOKENS
 
-    raw = {"semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": MAX_TOKENS,
+    raw = {"semantics": V024, "block_size_factor": 1, "prompt_tokens": MAX_TOKENS,
            "num_computed_tokens": 0,
            "groups": [{"kind": "full_attention", "gpu_block_size": 1, "stored": "all",
                        "deferred": [5]},
@@ -298,7 +304,7 @@ def test_work_is_bounded_by_listed_blocks_not_prompt() -> None:
                       {"kind": "mamba", "gpu_block_size": 1, "mamba_cache_mode": "align",
                        "stored": "all"}]}
     t0 = time.monotonic()
-    for sem in ("vllm-0.23.0", "vllm-0.24.0"):
+    for sem in (V023, V024):
         for patch in ({}, {"deferred": []}):
             raw["groups"][0].update(patch)
             o = evaluate(parse_scenario(raw), sem)

@@ -6,6 +6,7 @@ harness_chunked); the cross-check suite replays the scenario files named here.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,10 @@ from model.scenario import (
     parse_scenario,
     scenario_to_json,
 )
+from releases import vllm_0_24_0, vllm_0_33_0
 
 ROOT = Path(__file__).resolve().parents[1]
-V = "vllm-0.33.0"
+V = vllm_0_33_0.SEMANTICS.name
 
 
 def _seed(prompt: int, **top: Any) -> dict[str, Any]:
@@ -121,11 +123,13 @@ def test_start_up_refusals_name_the_0_33_0_check(change: dict[str, Any], check: 
 
 
 def test_older_releases_ignore_nothing_silently() -> None:
-    raw = dict(_seed(32, blocks_per_chunk=2), semantics="vllm-0.24.0")
-    with pytest.raises(ScenarioError, match="^blocks_per_chunk: not modelled for vllm-0.24.0"):
+    older = vllm_0_24_0.SEMANTICS.name
+    raw = dict(_seed(32, blocks_per_chunk=2), semantics=older)
+    with pytest.raises(ScenarioError,
+                       match=f"^blocks_per_chunk: not modelled for {re.escape(older)}"):
         evaluate(parse_scenario(raw))
     # a HIT_PENDING block is a not-ready (None) answer for the older manager
-    raw = dict(_seed(33), semantics="vllm-0.24.0")
+    raw = dict(_seed(33), semantics=older)
     raw["groups"] = [dict(raw["groups"][0], pending=[1])]
     assert evaluate(parse_scenario(raw)).hit_tokens is None
 
@@ -142,7 +146,7 @@ def test_new_fields_round_trip() -> None:
 def test_bad_new_fields_are_one_line_errors(capsys: pytest.CaptureFixture[str],
                                             tmp_path: Path) -> None:
     p = tmp_path / "bad.json"
-    p.write_text('{"semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 4, '
+    p.write_text(f'{{"semantics": "{V}", "block_size_factor": 1, "prompt_tokens": 4, '
                  '"num_computed_tokens": 0, "blocks_per_chunk": 0, "groups": '
                  '[{"kind": "full_attention", "gpu_block_size": 2, "stored": "all"}]}')
     assert model_main(["lookup", str(p)]) == 2
@@ -168,7 +172,7 @@ def test_mamba_chunk_not_at_hit_end_is_flagged() -> None:
 def test_absurd_prompt_is_refused_in_one_line(capsys: pytest.CaptureFixture[str],
                                              tmp_path: Path) -> None:
     p = tmp_path / "huge.json"
-    p.write_text('{"semantics": "vllm-0.33.0", "block_size_factor": 1, '
+    p.write_text(f'{{"semantics": "{V}", "block_size_factor": 1, '
                  '"prompt_tokens": 1000000000000, "num_computed_tokens": 0, "groups": '
                  '[{"kind": "full_attention", "gpu_block_size": 16, "stored": "all"}]}')
     assert model_main(["lookup", str(p)]) == 2
@@ -189,5 +193,5 @@ def test_real_nemotron_h_swa_layout_with_one_evicted_window_chunk_breaks() -> No
 def test_fields_the_v033_model_does_not_read_are_bad_input() -> None:
     s = load_scenario_file(ROOT / "tests/scenarios/vllm-0.33.0/partial-tail-hit.json")
     for name, value in (("output_tokens", 3), ("context_parallel_size", 2)):
-        with pytest.raises(ScenarioError, match=f"^{name}: not modelled for vllm-0.33.0"):
+        with pytest.raises(ScenarioError, match=f"^{name}: not modelled for {re.escape(V)}"):
             evaluate(replace(s, **{name: value}))

@@ -1,5 +1,5 @@
 """Cases that close the gaps surviving mutants of the vllm-0.24.0 lookup showed
-(``python -m proofs --mutants``): each pins a step no other test or theorem pinned."""
+(``python -m publish --mutants``): each pins a step no other test or theorem pinned."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ from typing import Any
 from model.citations import cite
 from model.evaluate import evaluate
 from model.scenario import parse_scenario
+from releases import vllm_0_24_0
+
+V024 = vllm_0_24_0.SEMANTICS.name
 
 
 def scenario(prompt: int, computed: int, groups: list[dict[str, Any]], factor: int = 2,
-             semantics: str = "vllm-0.24.0") -> Any:
+             semantics: str = V024) -> Any:
     return parse_scenario({"semantics": semantics, "block_size_factor": factor,
                            "prompt_tokens": prompt, "num_computed_tokens": computed,
                            "groups": groups})

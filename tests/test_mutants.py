@@ -1,6 +1,6 @@
 """The mutant catalogue stays applicable, and each mutant really changes the lookup.
 
-Fast (default suite). ``python -m proofs --mutants`` (marked suite ``mutation``, run by
+Fast (default suite). ``python -m publish --mutants`` (marked suite ``mutation``, run by
 ``.ci/run``) shows what kills each one.
 """
 
@@ -45,7 +45,7 @@ def test_mutant_applies_and_restores(name: str) -> None:
 @pytest.mark.mutation
 @pytest.mark.timeout(1200)  # 2.9-4.3 min on 2 shared cores at load 5-6
 def test_every_catalogue_mutant_is_killed() -> None:
-    r = subprocess.run([sys.executable, "-m", "proofs", "--mutants", "--jobs", "2"],
+    r = subprocess.run([sys.executable, "-m", "publish", "--mutants", "--jobs", "2"],
                        cwd=ROOT, capture_output=True, text=True, check=False)
     print(r.stdout)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]

@@ -18,6 +18,9 @@ import pytest
 from model.evaluate import evaluate
 from model.real_layouts import LayoutTemplate, load_templates
 from model.scenario import parse_scenario
+from releases import vllm_0_33_0
+
+V033 = vllm_0_33_0.SEMANTICS.name
 
 PER_ROW = 60
 
@@ -35,7 +38,7 @@ def _scenario(t: LayoutTemplate, rng: random.Random) -> dict[str, Any]:
         stored.append([i for i in range(n) if (i + 1) * block <= upto or rng.random() < 0.1])
         tails.append([p for p in range(tph, prompt + 1, tph) if p % block and (
             (p <= upto and rng.random() < 0.9) or rng.random() < 0.05)])
-    raw = t.scenario_json(semantics="vllm-0.33.0", prompt_tokens=prompt,
+    raw = t.scenario_json(semantics=V033, prompt_tokens=prompt,
                           num_computed_tokens=computed, stored=stored)
     for g, ends in zip(raw["groups"], tails, strict=True):
         if ends:

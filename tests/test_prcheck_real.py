@@ -1,5 +1,5 @@
 """The PR check on real trees: the release's own files (nothing changes, exit 0) and a
-known bug re-introduced (exit 2, naming its invariant).  The trees are copied from the
+known bug re-introduced (exit 3, naming its invariant).  The trees are copied from the
 release's installed package in its environment, so no download is needed.
 
 Marked ``crosscheck`` (it starts the real scheduler in the 0.24.0 environment).
@@ -34,11 +34,11 @@ def test_unchanged_release_exits_0(tmp_path: Path) -> None:
     assert all(c.status in ("unchanged", "not in tree") for c in r.cited)
 
 
-def test_reverted_fix_exits_2_with_its_invariant(tmp_path: Path) -> None:
+def test_reverted_fix_exits_3_with_its_invariant(tmp_path: Path) -> None:
     tree = _release(tmp_path / "t")
     apply_patch(BUGS_DIR / "revert-44599.diff", tree)
     r = check_tree(find_package(tree), examples=0, corpus=[])  # the seed case alone
-    assert r.exit_code == 2
+    assert r.exit_code == 3
     assert r.first_break_phase == "seed"
     assert any("no-partial-state" in c.new_broken for c in r.changes)
     text = render(r)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from model.scenario import parse_scenario
+from releases import vllm_0_24_0
 from sim.crosscheck import cli, prcheck
 from sim.crosscheck.citediff import diff_citations
 from sim.crosscheck.prcheck import Change, Nearest, PRResult, Side, model_side, tree_side
@@ -22,6 +23,8 @@ from sim.crosscheck.tree import (
     release_tuple,
     tree_version,
 )
+
+V024 = vllm_0_24_0.SEMANTICS.name
 
 SEED = dict(prcheck.SEED)
 
@@ -92,22 +95,22 @@ def test_cited_lines_followed_into_the_tree(tmp_path: Path) -> None:
 def test_tree_answer_in_model_terms() -> None:
     s = parse_scenario(SEED)
     # the 0.23.0 answer to the seed: a 31-token hit loading offloaded block 1
-    new = tree_side(s, "vllm-0.24.0", {"refused": None, "hit": 31, "loads": [[0, [1]]]})
+    new = tree_side(s, V024, {"refused": None, "hit": 31, "loads": [[0, [1]]]})
     assert {n for n, _ in new.violations} == {"no-partial-state"}
-    old = model_side(s, "vllm-0.24.0")
+    old = model_side(s, V024)
     assert (old.hit, old.violations) == (16, ())
-    crash = tree_side(s, "vllm-0.24.0", {"refused": None, "hit": 16, "loads": None,
+    crash = tree_side(s, V024, {"refused": None, "hit": 16, "loads": None,
                                          "load_error": "AssertionError at vllm/x.py:1"})
     assert crash.broken == {prcheck.CRASH}
     refused = parse_scenario({  # 0.24.0 refuses a factor with mixed block sizes
-        "semantics": "vllm-0.24.0", "block_size_factor": 2, "prompt_tokens": 64,
+        "semantics": V024, "block_size_factor": 2, "prompt_tokens": 64,
         "num_computed_tokens": 0,
         "groups": [{"kind": "full_attention", "gpu_block_size": 8, "stored": "all"},
                    {"kind": "full_attention", "gpu_block_size": 16, "stored": "all"}]})
-    accepted = tree_side(refused, "vllm-0.24.0",
+    accepted = tree_side(refused, V024,
                          {"refused": None, "hit": 32, "loads": [[0, [0, 1]], [1, [0]]]})
     assert not accepted.judged and accepted.broken == set()
-    assert model_side(refused, "vllm-0.24.0").refused is not None
+    assert model_side(refused, V024).refused is not None
 
 
 def _result(changes: list[Change]) -> PRResult:
@@ -126,7 +129,7 @@ def test_report_and_exit_status() -> None:
     breaking = Change("hit | breaks no-partial-state", 1, SEED,
                       ("hit: model 16 vs real 31",), old, new, ("no-partial-state",))
     r = _result([quiet, breaking])
-    assert r.exit_code == 2
+    assert r.exit_code == 3
     text = render(r)
     assert text.startswith("## offload-lookup-check PR check: a changed behaviour breaks")
     assert "**no-partial-state**: state at 32, hit 31" in text

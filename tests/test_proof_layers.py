@@ -39,10 +39,14 @@ from proofs.encoding import (
     symbolic_env,
 )
 from proofs.layers import KINDS, lemma_turn
-from proofs.report import Row
+from proofs.results import Row
 from proofs.theorems import THEOREMS, Context
 from proofs.witness import Witness
 from proofs.witness import _query as witness_query
+from releases import alt_round_num_hit, vllm_0_24_0
+
+V024 = vllm_0_24_0.SEMANTICS.name
+ROUND_NUM_HIT = alt_round_num_hit.SEMANTICS.name
 
 LAYOUTS = {
     "pure Mamba": ("mamba",),
@@ -83,7 +87,7 @@ def _scenarios(kinds: tuple[str, ...]) -> list[Scenario]:
                                               if (stored_mask >> ((i + g) % 3)) & 1 or i > 3),
                       mamba_cache_mode="align" if k == "mamba" else None)
                 for g, k in enumerate(kinds))
-            out.append(Scenario("vllm-0.24.0", factor, prompt, computed_blocks * bs, groups))
+            out.append(Scenario(V024, factor, prompt, computed_blocks * bs, groups))
     return out
 
 
@@ -118,7 +122,7 @@ def test_model_runs_end_where_the_summary_says(name: str) -> None:
 
 
 def test_every_assumption_has_its_lemma() -> None:
-    sem = get_semantics("vllm-0.24.0")
+    sem = get_semantics(V024)
     names = {n for n, _ in proof_queries(THEOREMS["maximality"], sem, ())}
     for a in lemmas.ASSUMED:
         if a in ("post", "no-hit-not-deferred", "cut-on-block", "cap-on-block", "keeps",
@@ -133,7 +137,7 @@ def test_every_assumption_has_its_lemma() -> None:
 def test_sabotage_unguarded_post_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dropping the not-deferred guard of post (an assumption the lookup does not
     justify: a deferred lookup confirms nothing) makes lemma post fail."""
-    sem = get_semantics("vllm-0.24.0")
+    sem = get_semantics(V024)
     assert _check(lemma_turn(sem, (), "post", "full_attention")) == z3.unsat
 
     def unguarded(t: lemmas.Turn, ok_m2: z3.BoolRef) -> z3.BoolRef:
@@ -154,7 +158,7 @@ def test_sabotage_vacuous_valid_hit_turns_red(monkeypatch: pytest.MonkeyPatch) -
     """A valid_hit no hit satisfies proves maximality vacuously: the witness query
     (here at block size 2, one pass) finds no valid hit any more, and a
     PROVED row without a witness does not match its expectation."""
-    sem = get_semantics("vllm-0.24.0")
+    sem = get_semantics(V024)
     pre = THEOREMS["maximality"].preconditions
     solver, *_ = witness_query(sem, pre, True, 2, 1, 1)
     assert solver.check() == z3.sat
@@ -174,8 +178,8 @@ def test_sabotage_strengthened_valid_hit_turns_red(monkeypatch: pytest.MonkeyPat
     strong = _strengthened(theorems.valid_hit)
     for mod in (theorems, layers, check_mod):
         monkeypatch.setattr(mod, "valid_hit", strong)
-    assert not THEOREMS["maximality"].expected["alt-round-num-hit"]
-    v = check_mod.check("maximality", "alt-round-num-hit", 120_000)
+    assert not THEOREMS["maximality"].expected[ROUND_NUM_HIT]
+    v = check_mod.check("maximality", ROUND_NUM_HIT, 120_000)
     assert v.status == "PROVED"  # against the declared "fails": red
 
 
@@ -184,7 +188,7 @@ def test_abstract_turn_is_the_exact_turn(kind: str) -> None:
     """The abstract loop's turn (proofs.abstract.turn) restates group_step's control
     flow over per-group symbols: with its lookup bound to the exact lookup's outcome,
     it computes the same next state (pinned by an unsatisfiable query)."""
-    sem = get_semantics("vllm-0.24.0")
+    sem = get_semantics(V024)
     enc = Enc()
     cfg = symbolic_config((kind,))
     d = derive(enc, cfg, sem, symbolic_env())
@@ -210,7 +214,7 @@ def test_turn_lemmas_together_fail_as_alone(monkeypatch: pytest.MonkeyPatch) -> 
     """The turn lemmas asked in one query (layers.lemma_turns) prove nothing a lemma's
     own query does not: with post sabotaged the joint query is sat, and the proof still
     fails at lemma post, named as before."""
-    sem = get_semantics("vllm-0.24.0")
+    sem = get_semantics(V024)
     assert _check(layers.lemma_turns(sem, (), layers.TURN_FACTS, "full_attention")) == z3.unsat
 
     def unguarded(t: lemmas.Turn, ok_m2: z3.BoolRef) -> z3.BoolRef:

@@ -46,9 +46,15 @@ from proofs.layers_chunked import (
     whole_query,
     witness,
 )
+from releases import fix_001_reround, fix_001_reround_rerun, fix_003_cap_min, vllm_0_33_0
 from tests import gen_chunked as gen
 from tests.gen_chunked import SEMANTICS
 from tests.sabotage import sabotaged_copy
+
+V033 = vllm_0_33_0.SEMANTICS.name
+FIX001 = fix_001_reround.SEMANTICS.name
+RERUN001 = fix_001_reround_rerun.SEMANTICS.name
+CAP_MIN = fix_003_cap_min.SEMANTICS.name
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYOUTS = {
@@ -177,7 +183,7 @@ def test_every_assumption_has_its_lemma() -> None:
             lemmas.LEMMAS)
         # loads-stored-only: post for every kind, down for full attention (the only
         # groups the loop applies it to)
-        pre = ("same-block-size",) if semantics == "alt-v033-reround-mamba" else ()
+        pre = ("same-block-size",) if semantics == FIX001 else ()
         names = {n for n, _ in proof_queries("loads-stored-only", sem, pre)}
         stored = lemmas.assumed(sem.reround_mamba, sem.reround_rerun, False, True)
         assert {"post", "down"} <= set(stored) <= set(lemmas.LEMMAS)
@@ -190,7 +196,7 @@ def test_every_assumption_has_its_lemma() -> None:
 def test_sabotage_unguarded_align_after_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dropping the not-deferred guard of align-after (a deferred turn under a load cap
     may leave the bound off the align size) makes its lemma fail."""
-    sem = get_semantics("alt-v033-reround-mamba")
+    sem = get_semantics(FIX001)
     assert _check(lemma_turn(sem, (), "align-after", "full_attention")) == z3.unsat
 
     def chunk_3(cfg: turn_chunked.Cfg, st: Any, t: Any) -> list[z3.BoolRef]:
@@ -219,7 +225,7 @@ def test_query_key_is_the_terms() -> None:
 
     import proofs.layers_chunked as L
 
-    sem = get_semantics("vllm-0.33.0")
+    sem = get_semantics(V033)
 
     def build(name: str = "post", kind: str = "sliding_window") -> list[z3.BoolRef]:
         return lemma_turn(sem, (), name, kind)
@@ -252,7 +258,7 @@ def test_query_key_is_the_terms() -> None:
 def test_sabotage_dropped_assumption_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
     """The loop needs each assumed fact: without cut-below it cannot show a pass that
     schedules another lowered the bound (termination)."""
-    sem = get_semantics("vllm-0.33.0")
+    sem = get_semantics(V033)
     assert prove("termination", sem, (), 60_000)[0] == "PROVED"
     orig = lemmas.assumed
     monkeypatch.setattr(abstract, "assumed", lambda *a: tuple(
@@ -278,7 +284,7 @@ def test_sabotage_dropped_ok_assumption_turns_red(monkeypatch: pytest.MonkeyPatc
 def test_loads_stored_only_summary_gives_the_property() -> None:
     """The property from the loop's summary (OK at the final bound: the loaded chunks
     lie within the chunks the lookup confirmed) for every kind, and the down lemma."""
-    sem = get_semantics("vllm-0.33.0")
+    sem = get_semantics(V033)
     for name, build in proof_queries("loads-stored-only", sem, ()):
         if name.startswith(("property", "lemma down", "lemma division", "loop")):
             assert _check(build()) == z3.unsat, name
@@ -290,7 +296,7 @@ def _small(cfg: turn_chunked.Cfg, st: Any, t: Any) -> list[z3.BoolRef]:
 
 def test_sabotage_summary_without_ok_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
     """The final step needs the summary's OK: without it a loaded chunk may be missing."""
-    sem = get_semantics("vllm-0.33.0")
+    sem = get_semantics(V033)
     monkeypatch.setattr(turn_chunked, "chunks_ok", lambda *a: z3.BoolVal(True))
     q = dict(proof_queries("loads-stored-only", sem, ()))
     assert _check(q["property from the summary (full_attention)"]()) == z3.sat
@@ -300,7 +306,7 @@ def test_loads_stored_only_witnesses_replay() -> None:
     """A run under each row's premises with a non-zero hit and a Mamba load, replayed
     through model/ (same hit, no loads-stored-only violation); same-block-size's holds."""
     for semantics in SEMANTICS:
-        pre = ("same-block-size",) if semantics == "alt-v033-reround-mamba" else ()
+        pre = ("same-block-size",) if semantics == FIX001 else ()
         w = witness("loads-stored-only", get_semantics(semantics), pre)
         assert w.found and w.scenario is not None, (semantics, w.note)
         o = evaluate(parse_scenario(w.scenario))
@@ -313,7 +319,7 @@ def test_loads_stored_only_witnesses_replay() -> None:
 def test_sabotage_unguarded_post_turns_red(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dropping the not-deferred guard of post (a deferred lookup confirmed nothing)
     makes its lemma fail."""
-    sem = get_semantics("vllm-0.33.0")
+    sem = get_semantics(V033)
     assert _check(lemma_turn(sem, (), "post", "full_attention")) == z3.unsat
 
     def unguarded(t: Any, ok_m2: z3.BoolRef) -> z3.BoolRef:
@@ -327,7 +333,7 @@ def test_same_block_size_needed_by_the_fix() -> None:
     """Finding 001's proposed fix without same-block-size: the round-down can move a
     confirmed window to chunks not looked at, and lemma post fails for a sliding window
     (the bounded encoding's counterexample over accepted layouts)."""
-    sem = get_semantics("alt-v033-reround-mamba")
+    sem = get_semantics(FIX001)
 
     def found(cfg: turn_chunked.Cfg, st: Any, t: Any) -> list[z3.BoolRef]:
         # the bounded encoding's counterexample's sizes: window 3 in blocks of 3, Mamba 4
@@ -346,7 +352,7 @@ def test_loads_stored_only_proved(semantics: str) -> None:
     preconditions its row takes; the completed fix's window lemma needs no
     same-block-size, the proposed fix's does."""
     sem = get_semantics(semantics)
-    pre = ("same-block-size",) if semantics == "alt-v033-reround-mamba" else ()
+    pre = ("same-block-size",) if semantics == FIX001 else ()
     assert prove("loads-stored-only", sem, pre, 300_000)[0] == "PROVED"
 
 
@@ -455,7 +461,7 @@ def test_whole_blocks_witness_replays() -> None:
 def test_precondition_needed_on_0_33_0() -> None:
     """On 0.33.0 without align-divides-blocks the layered proof of no-partial-state
     does not close (finding 001): lemma chunk-in-align fails."""
-    status, where, _ = prove("no-partial-state", get_semantics("vllm-0.33.0"), (), 60_000)
+    status, where, _ = prove("no-partial-state", get_semantics(V033), (), 60_000)
     assert status == "FAILED" and "chunk-in-align" in where
 
 
@@ -528,12 +534,12 @@ def conforms(s: Scenario, mod: ModuleType = turn_chunked, seen: Counter[str] | N
 # hand-checked scenarios, each the witness of a sabotage below
 WITNESSES: dict[str, dict[str, Any]] = {
     "eagle-pop": {  # the only chunk is the volatile one: hit 0
-        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 1,
+        "semantics": V033, "block_size_factor": 1, "prompt_tokens": 1,
         "num_computed_tokens": 0, "max_num_new_tokens": 1,
         "groups": [{"kind": "full_attention", "gpu_block_size": 1, "stored": [0],
                     "eagle": True}]},
     "eagle-verified-clear": {  # the Mamba group's tightening makes the EAGLE group pop again
-        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 4,
+        "semantics": V033, "block_size_factor": 1, "prompt_tokens": 4,
         "num_computed_tokens": 0, "enable_prefix_caching": False,
         "groups": [{"kind": "full_attention", "gpu_block_size": 1, "stored": [0, 1, 2]},
                    {"kind": "sliding_window", "gpu_block_size": 1, "sliding_window": 1,
@@ -541,22 +547,22 @@ WITNESSES: dict[str, dict[str, Any]] = {
                    {"kind": "mamba", "gpu_block_size": 1, "mamba_cache_mode": "none",
                     "stored": [0, 1, 3]}]},
     "load-cap-align": {  # max_load_tokens: the bound 3 is cut to the chunk end 2
-        "semantics": "alt-v033-reround-mamba-rerun", "block_size_factor": 1,
+        "semantics": RERUN001, "block_size_factor": 1,
         "prompt_tokens": 4, "num_computed_tokens": 0, "max_load_tokens": 4,
         "groups": [{"kind": "sliding_window", "gpu_block_size": 2, "sliding_window": 1,
                     "stored": [0, 1]}]},
     "hit-pending-defers": {  # the window that fires holds a HIT_PENDING chunk: deferred
-        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 3,
+        "semantics": V033, "block_size_factor": 1, "prompt_tokens": 3,
         "num_computed_tokens": 0,
         "groups": [{"kind": "sliding_window", "gpu_block_size": 1, "sliding_window": 1,
                     "stored": [0, 1], "pending": [1]}]},
     "cap-min": {  # finding 003's fix: the load cap 2 ends before the prompt: hit 2, not 0
-        "semantics": "alt-v033-cap-min", "block_size_factor": 1, "prompt_tokens": 3,
+        "semantics": CAP_MIN, "block_size_factor": 1, "prompt_tokens": 3,
         "num_computed_tokens": 0, "max_load_tokens": 2,
         "groups": [{"kind": "mamba", "gpu_block_size": 2, "mamba_cache_mode": "align",
                     "stored": "all"}]},
     "initial-window": {  # the bound 4 ends inside chunk 1: the first run needs 2 chunks
-        "semantics": "vllm-0.33.0", "block_size_factor": 1, "prompt_tokens": 8,
+        "semantics": V033, "block_size_factor": 1, "prompt_tokens": 8,
         "num_computed_tokens": 0, "max_num_new_tokens": 5,
         "groups": [{"kind": "sliding_window", "gpu_block_size": 3, "sliding_window": 3,
                     "stored": [1]}]},

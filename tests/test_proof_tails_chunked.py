@@ -32,9 +32,13 @@ from model.scenario import Scenario, parse_scenario
 from model.semantics import get_semantics
 from proofs import tail_chunked, tail_layers_chunked
 from proofs.conformance_tail_chunked import encode_scenario, in_scope
+from releases import fix_003_cap_min, vllm_0_33_0
 from tests import gen_chunked as gen
 from tests.gen_chunked import SEMANTICS
 from tests.sabotage import sabotaged_copy
+
+V033 = vllm_0_33_0.SEMANTICS.name
+CAP_MIN = fix_003_cap_min.SEMANTICS.name
 
 
 def _check(q: list[z3.BoolRef]) -> z3.CheckSatResult:
@@ -62,7 +66,7 @@ def test_tail_queries_are_proved(thm: str) -> None:
 def test_tail_premises_hold() -> None:
     """Not vacuous: each lemma's and each step's premises (all but its negated claim)
     hold somewhere."""
-    sem = get_semantics("vllm-0.33.0")
+    sem = get_semantics(V033)
     for name in tail_layers_chunked.LEMMAS:
         for kind in (tail_chunked.FA, tail_chunked.MAMBA):
             if name == "confirmed-hits" and kind == tail_chunked.MAMBA:
@@ -98,7 +102,7 @@ def test_dropped_bridge_summary_turns_red(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_every_tail_lemma_is_used() -> None:
-    sem = get_semantics("vllm-0.33.0")
+    sem = get_semantics(V033)
     names = {n for n, _ in tail_layers_chunked.proof_queries("loads-stored-only", sem)}
     for lemma in tail_layers_chunked.LEMMAS:
         kinds = ("full_attention",) if lemma == "confirmed-hits" else ("full_attention", "mamba")
@@ -310,12 +314,12 @@ def test_check_routes_tails_through_the_layered_proof(thm: str) -> None:
     partial tails on or off, and no bounded scope is left."""
     from proofs.check import check
 
-    v = check(thm, "vllm-0.33.0", 300_000)
+    v = check(thm, V033, 300_000)
     assert v.status == "PROVED", v.note
     assert v.scope is not None and "partial tails on or off" in v.scope
     assert v.tails_bounded is None
     o = evaluate(
-        parse_scenario(tail_layers_chunked.witness(get_semantics("vllm-0.33.0")).scenario or {})
+        parse_scenario(tail_layers_chunked.witness(get_semantics(V033)).scenario or {})
     )
     assert o.tail_boundary is not None and not o.violations
     assert "bounded" not in v.note and "tail_layers_chunked" in v.note
@@ -338,7 +342,7 @@ def test_model_refuses_a_tail_key_past_the_hashes() -> None:
 def test_confirmed_hits_kept_needs_own_entry(monkeypatch: pytest.MonkeyPatch) -> None:
     """Another group's turn keeps confirmed-hits (premises hold; the claim is proved); a
     composition that wrote every group's lookup_hit_end_chunk_idx on each turn breaks it."""
-    sem = get_semantics("vllm-0.33.0")
+    sem = get_semantics(V033)
     assert (
         _check(tail_layers_chunked.confirmed_hits_kept_query("full_attention", sem, negated=False))
         == z3.sat
@@ -364,7 +368,7 @@ PRE = {
 def test_tail_queries_with_preconditions_are_proved(thm: str) -> None:
     """Their answer queries and the layouts query under the theorem's preconditions (the
     lemmas and loops are the other theorems': ``test_tail_queries_are_proved``)."""
-    sem = get_semantics("vllm-0.33.0")
+    sem = get_semantics(V033)
     for name, build in tail_layers_chunked.proof_queries(thm, sem, PRE[thm]):
         if name.startswith(("layouts", thm)):
             assert _check(build()) == z3.unsat, name
@@ -432,7 +436,7 @@ def test_whole_blocks_tail_hit_is_excluded(monkeypatch: pytest.MonkeyPatch) -> N
 def test_tail_witness_with_preconditions(thm: str, semantics: str) -> None:
     """whole-blocks' and maximality's premises with partial tails on admit a partial-tail
     hit that restores a Mamba state (maximality: beside a valid hit, no EAGLE group)."""
-    pre = ("no-eagle",) if semantics == "alt-v033-cap-min" and thm == "maximality" else PRE[thm]
+    pre = ("no-eagle",) if semantics == CAP_MIN and thm == "maximality" else PRE[thm]
     w = tail_layers_chunked.witness(get_semantics(semantics), 60_000, thm, pre)
     assert w.found, w.note
     assert w.scenario is not None
@@ -447,7 +451,7 @@ def test_tail_witness_with_preconditions(thm: str, semantics: str) -> None:
 def test_light_settings_reach_the_chunk_queries() -> None:
     """``new_solver``'s lighter nonlinear settings name queries the proof asks (a renamed
     query would silently lose them), and only the loads-stored-only chunk cases."""
-    sem = get_semantics("vllm-0.33.0")
+    sem = get_semantics(V033)
     names = [n for n, _ in tail_layers_chunked.proof_queries("loads-stored-only", sem)]
     light = [n for n in names if n.startswith(tail_layers_chunked.LIGHT_NL_QUERIES)]
     assert len(light) == 4

@@ -10,6 +10,10 @@ from model.evaluate import evaluate
 from model.semantics import get_semantics
 from proofs.check import counterexample
 from proofs.theorems import THEOREMS
+from releases import vllm_0_23_0, vllm_0_24_0
+
+V023 = vllm_0_23_0.SEMANTICS.name
+V024 = vllm_0_24_0.SEMANTICS.name
 
 # conformance of the encoding to model/: tests/test_conformance.py
 
@@ -17,7 +21,7 @@ from proofs.theorems import THEOREMS
 def test_seed_counterexample_block_16() -> None:
     """With the seed's layout (every block 16), 0.23.0's smallest break is the seed's:
     a 32-token prompt and a 31-token hit."""
-    v = counterexample(THEOREMS["no-partial-state"], get_semantics("vllm-0.23.0"),
+    v = counterexample(THEOREMS["no-partial-state"], get_semantics(V023),
                        THEOREMS["no-partial-state"].preconditions, 120_000,
                        sizes=[((16, 16, 16), 1)])
     assert v.status == "COUNTEREXAMPLE" and v.counterexample is not None
@@ -27,7 +31,7 @@ def test_seed_counterexample_block_16() -> None:
     assert o.hit_tokens == 31
 
 
-@pytest.mark.parametrize("semantics", ["vllm-0.24.0"])
+@pytest.mark.parametrize("semantics", [V024])
 def test_main_theorem_proved(semantics: str) -> None:
     from proofs.check import check
     assert check("no-partial-state", semantics, 60_000).status == "PROVED"
@@ -38,7 +42,7 @@ def test_counterexamples_are_deterministic() -> None:
     """Two searches write the same file: every field is pinned in a total order."""
     thm = THEOREMS["maximality"]
     assumed = [p for p in thm.preconditions if p != "no-eagle"]
-    runs = [counterexample(thm, get_semantics("vllm-0.24.0"), assumed, 300_000,
+    runs = [counterexample(thm, get_semantics(V024), assumed, 300_000,
                            sizes=[((1, 1, 1), 1), ((2, 2, 2), 1)]) for _ in range(2)]
     assert runs[0].status == "COUNTEREXAMPLE" and runs[0].counterexample is not None
     assert runs[0].counterexample == runs[1].counterexample
@@ -53,7 +57,7 @@ def test_joint_layout_search_is_the_one_by_one_search(monkeypatch: pytest.Monkey
     from proofs import check
     from proofs.theorems import RUNTIME, TEMPLATE
 
-    sem = get_semantics("vllm-0.24.0")
+    sem = get_semantics(V024)
     thm = THEOREMS["whole-blocks"]
     assumed = tuple(dict.fromkeys((*RUNTIME, *(p for p in thm.pre(sem.name)
                                                       if p != "same-block-size"))))
@@ -86,7 +90,7 @@ def test_witness_shared_by_premises_not_by_theorem() -> None:
 
     from proofs import mutants, witness
 
-    sem = get_semantics("vllm-0.23.0")
+    sem = get_semantics(V023)
     first = witness.witness("termination", sem, [])
     again = witness.witness("leaves-last-token", sem, [])
     assert first.found and again.seconds == 0.0

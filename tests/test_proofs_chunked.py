@@ -11,17 +11,21 @@ from model.scenario import parse_scenario
 from model.semantics import get_semantics
 from proofs import check_chunked
 from proofs.encoding_chunked import SCOPE
+from releases import vllm_0_24_0, vllm_0_33_0
+
+V024 = vllm_0_24_0.SEMANTICS.name
+V033 = vllm_0_33_0.SEMANTICS.name
 
 
 def test_scope_is_named_in_every_verdict() -> None:
-    v = check_chunked.check("whole-blocks", "vllm-0.33.0", ("same-block-size",),
+    v = check_chunked.check("whole-blocks", V033, ("same-block-size",),
                          tails_only=True)  # the bounded verdict the report has left
     assert v.status == "PROVED" and SCOPE.words() in v.note and "termination" in v.note
 
 
 @pytest.mark.slow
 def test_counterexample_is_deterministic_and_replays() -> None:
-    sem = get_semantics("vllm-0.33.0")
+    sem = get_semantics(V033)
     a, b = (check_chunked.counterexample("no-partial-state", sem, (), 600_000)
             for _ in range(2))
     assert a.status == "COUNTEREXAMPLE" and a.counterexample == b.counterexample
@@ -32,7 +36,7 @@ def test_counterexample_is_deterministic_and_replays() -> None:
 
 @pytest.mark.slow
 def test_witness_of_a_proof_replays() -> None:
-    w = check_chunked.witness("no-partial-state", "vllm-0.33.0", ("align-divides-blocks",))
+    w = check_chunked.witness("no-partial-state", V033, ("align-divides-blocks",))
     assert w.found and w.hit > 0, w.note
 
 
@@ -41,7 +45,7 @@ def test_witness_of_a_proof_replays() -> None:
 def test_maximality_counterexample_carries_the_larger_valid_hit(kept: tuple[str, ...]) -> None:
     """Maximality on 0.33.0 with one precondition dropped: a deterministic counterexample
     whose file names the larger valid hit, and the model says so on replay."""
-    sem = get_semantics("vllm-0.33.0")
+    sem = get_semantics(V033)
     a, b = (check_chunked.counterexample("maximality", sem, kept, 600_000) for _ in range(2))
     assert a.status == "COUNTEREXAMPLE" and a.counterexample == b.counterexample, a.note
     assert a.counterexample is not None
@@ -54,7 +58,7 @@ def test_maximality_counterexample_carries_the_larger_valid_hit(kept: tuple[str,
 
 @pytest.mark.slow
 def test_maximality_witness_has_a_valid_hit_restoring_a_mamba_state() -> None:
-    w = check_chunked.witness("maximality", "vllm-0.33.0", ("no-eagle", "caps-reach-prompt"))
+    w = check_chunked.witness("maximality", V033, ("no-eagle", "caps-reach-prompt"))
     assert w.found and w.valid_hit is not None and w.valid_hit > 0, w.note
 
 
@@ -68,9 +72,9 @@ def test_vacuous_valid_hit_leaves_maximality_without_a_witness(
     from proofs import encoding_chunked
 
     monkeypatch.setattr(encoding_chunked, "valid_hit", lambda enc, cfg, d, h: z3.BoolVal(False))
-    assert check_chunked.check("maximality", "vllm-0.33.0", ("no-eagle", "caps-reach-prompt"),
+    assert check_chunked.check("maximality", V033, ("no-eagle", "caps-reach-prompt"),
                             ).status == "PROVED"
-    w = check_chunked.witness("maximality", "vllm-0.33.0", ("no-eagle", "caps-reach-prompt"))
+    w = check_chunked.witness("maximality", V033, ("no-eagle", "caps-reach-prompt"))
     assert not w.found and "vacuous" in w.note
 
 
@@ -78,7 +82,7 @@ def test_vacuous_valid_hit_leaves_maximality_without_a_witness(
 def test_partial_tail_templates_admit_a_partial_tail_hit() -> None:
     """The templates with partial tails on are not vacuous: a partial-tail hit that
     restores the Mamba state at its boundary, replayed through model/."""
-    w = check_chunked.witness("no-partial-state", "vllm-0.33.0", (), tail=True)
+    w = check_chunked.witness("no-partial-state", V033, (), tail=True)
     assert w.found and w.hit > 0 and w.scenario is not None, w.note
     assert w.scenario["hash_block_size"] < w.scenario["groups"][0]["gpu_block_size"]
 
@@ -95,12 +99,12 @@ def test_bounded_proof_needs_the_pass_bound_over_its_templates(
              tails: bool) -> check_chunked.ChunkVerdict:
         asked.append((thm, tails))
         return check_chunked.ChunkVerdict("COUNTEREXAMPLE" if thm == "termination" else "PROVED",
-                                    0.0, {"semantics": "vllm-0.33.0"} if thm == "termination"
+                                    0.0, {"semantics": V033} if thm == "termination"
                                     else None)
 
     monkeypatch.setattr(check_chunked, "counterexample", fake)
     monkeypatch.setattr(check_chunked, "_PASS_BOUND", {})
-    v = check_chunked.check("whole-blocks", "vllm-0.33.0", (), tails_only=tails_only)
+    v = check_chunked.check("whole-blocks", V033, (), tails_only=tails_only)
     assert v.status == "UNKNOWN" and v.counterexample is None, v
     assert "pass bound" in v.note and asked == [("whole-blocks", tails_only),
                                                 ("termination", tails_only)]
@@ -108,7 +112,7 @@ def test_bounded_proof_needs_the_pass_bound_over_its_templates(
     asked.clear()
     monkeypatch.setattr(check_chunked, "counterexample", lambda *a: (
         asked.append((a[0], a[5])), check_chunked.ChunkVerdict("COUNTEREXAMPLE", 0.0, {}))[1])
-    assert check_chunked.check("whole-blocks", "vllm-0.33.0", ()).status == "COUNTEREXAMPLE"
+    assert check_chunked.check("whole-blocks", V033, ()).status == "COUNTEREXAMPLE"
     assert asked == [("whole-blocks", False)]
 
 
@@ -133,16 +137,16 @@ def test_a_bounded_proof_does_not_match_holds() -> None:
     not match it (e.g. a layered query out of time on a loaded machine falls back to the
     bounded check), while the layered verdict and an older release's proof do."""
     from proofs.check import Verdict
-    from proofs.report import Row
+    from proofs.results import Row
     from proofs.witness import Witness
 
     found = Witness(True, 0.0)
     every = Verdict("PROVED", 0.0, scope="every layout 0.33.0 accepts")
-    assert Row("termination", "vllm-0.33.0", every, "holds", (), found).matches
-    assert Row("termination", "vllm-0.24.0", Verdict("PROVED", 0.0), "holds", (),
+    assert Row("termination", V033, every, "holds", (), found).matches
+    assert Row("termination", V024, Verdict("PROVED", 0.0), "holds", (),
                found).matches
     for weaker in (Verdict("PROVED", 0.0),
                    Verdict("PROVED", 0.0, scope="every layout; tails bounded",
                            tails_bounded="up to 3 groups")):
-        row = Row("termination", "vllm-0.33.0", weaker, "holds", (), found)
+        row = Row("termination", V033, weaker, "holds", (), found)
         assert not row.matches

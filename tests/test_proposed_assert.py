@@ -22,7 +22,11 @@ from model.maximality import is_valid_hit
 from model.proposed_assert import proposed_assertion_fires
 from model.scenario import Scenario, parse_scenario
 from model.semantics import SEMANTICS, get_semantics
-from proofs.spec import LARGER_FIELDS
+from publish.spec import LARGER_FIELDS
+from releases import vllm_0_23_0, vllm_0_24_0
+
+V023 = vllm_0_23_0.SEMANTICS.name
+V024 = vllm_0_24_0.SEMANTICS.name
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -84,8 +88,8 @@ def test_fires_on_every_no_partial_state_counterexample() -> None:
 def test_fires_on_the_seed_on_0_23_0_only() -> None:
     seed = json.loads((DOCS.parent / "tests/scenarios/seed-boundary-32.json").read_text())
     s = parse_scenario(seed)
-    old = evaluate(s, "vllm-0.23.0")
-    new = evaluate(s, "vllm-0.24.0")
+    old = evaluate(s, V023)
+    new = evaluate(s, V024)
     assert (old.hit_tokens, new.hit_tokens) == (31, 16)
     assert _fires(s, old.hit_tokens) and not _fires(s, new.hit_tokens)
 

@@ -1,5 +1,5 @@
-"""A failed or partial proofs run into a green report directory leaves a report whose
-first line says FAIL and none of the earlier run's artefacts."""
+"""A failed or partial main-job run (python -m publish) into a green report directory
+leaves a report whose first line says FAIL and none of the earlier run's artefacts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import proofs.__main__ as proofs_main
+import publish.__main__ as publish_main
+from releases import vllm_0_24_0
+
+V024 = vllm_0_24_0.SEMANTICS.name
 
 
 def green(d: Path) -> None:
@@ -36,8 +39,8 @@ def test_failing_run_replaces_a_green_report(tmp_path: Path,
     d = tmp_path / "report"
     green(d)
     # a 1 ms budget: the solver answers unknown, which never counts as a pass
-    code = proofs_main.main(["--report", str(d), "--timeout", "0.001", "--jobs", "1",
-                             "--semantics", "vllm-0.24.0", "--theorem", "whole-blocks",
+    code = publish_main.main(["--report", str(d), "--timeout", "0.001", "--jobs", "1",
+                              "--semantics", V024, "--theorem", "whole-blocks",
                              "--no-necessity"])
     check_failed(d, code, capsys)
     assert (d / "report.json").exists()  # this run's, complete
@@ -51,8 +54,24 @@ def test_crashed_run_leaves_fail(tmp_path: Path, capsys: pytest.CaptureFixture[s
     def crash(*args: object) -> None:
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(proofs_main, "run_all", crash)
-    code = proofs_main.main(["--report", str(d), "--jobs", "1"])
+    monkeypatch.setattr(publish_main, "run_all", crash)
+    code = publish_main.main(["--report", str(d), "--jobs", "1"])
     check_failed(d, code, capsys)
     assert "injected failure" in (d / "report.md").read_text()
     assert not (d / "report.json").exists()
+
+
+def test_the_prover_cli_prints_verdicts_writes_nothing_and_fails_on_a_mismatch(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m proofs``: a line per pair and a verdict line, exit 1 on a mismatch (a
+    1 ms budget: unknown), and no file written (the report is ``python -m publish``'s)."""
+    from proofs.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(["--timeout", "0.001", "--jobs", "1", "--semantics", V024,
+                 "--theorem", "whole-blocks", "--no-necessity"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 1 and lines[-1].startswith("FAIL: 0 of 1 results match")
+    assert any(line.startswith("whole-blocks") for line in lines)
+    assert not list(tmp_path.iterdir())

@@ -1,4 +1,4 @@
-"""The run's schedule (proofs.report.run_all): longest first, side tasks marked first before
+"""The run's schedule (proofs.results.run_all): longest first, side tasks marked first before
 every pair, and a group longer than a process's share split in two. No solving: a stand-in
 pool records the order."""
 
@@ -9,9 +9,14 @@ from typing import Any
 
 import pytest
 
-import proofs.report as report
+import proofs.results as runs
+import publish.report as report
 from model.semantics import MODEL_SEMANTICS
 from proofs.theorems import THEOREMS
+from releases import vllm_0_23_0, vllm_0_24_0
+
+V023 = vllm_0_23_0.SEMANTICS.name
+V024 = vllm_0_24_0.SEMANTICS.name
 
 
 class _Order:
@@ -23,36 +28,36 @@ class _Order:
         return iter(())
 
 
-def _order(side: tuple[report.Side, ...] = ()) -> list[str]:
+def _order(side: tuple[runs.Side, ...] = ()) -> list[str]:
     pool = _Order()
-    report.run_all(list(THEOREMS), list(MODEL_SEMANTICS), 1.0, True, 2, pool, side)
+    runs.run_all(list(THEOREMS), list(MODEL_SEMANTICS), 1.0, True, 2, pool, side)
     return pool.labels
 
 
 def test_longest_first_side_tasks_where_marked() -> None:
-    side = (report.Side("z3 first", print, (), 0.1, first=True),
-            report.Side("filler", print, (), 5.0))
+    side = (runs.Side("z3 first", print, (), 0.1, first=True),
+            runs.Side("filler", print, (), 5.0))
     labels = _order(side)
     assert labels[0] == "z3 first"
-    groups = {(c, ", ".join(g)): len(g) for c, gs in report.GROUPS.items() for g in gs}
+    groups = {(c, ", ".join(g)): len(g) for c, gs in runs.GROUPS.items() for g in gs}
     weights = {f"{name} ({'0.33.0 family' if c else 'older'}, {4 * n} pairs)":
-               report.WEIGHT.get((c, name), 1.0) for (c, name), n in groups.items()}
+               runs.WEIGHT.get((c, name), 1.0) for (c, name), n in groups.items()}
     got = [(weights | {"filler": 5.0})[x] for x in labels[1:]]
     assert got == sorted(got, reverse=True)
     assert len(labels) == 1 + len(groups) + 1  # every group once
 
 
 def test_every_theorem_in_one_group_per_family() -> None:
-    for gs in report.GROUPS.values():
+    for gs in runs.GROUPS.values():
         named = [t for g in gs for t in g]
         assert sorted(named) == sorted(set(named)) and set(named) <= set(THEOREMS)
-    assert report.group_of(True, "whole-blocks") == report.group_of(True, "no-partial-state")
-    assert report.group_of(True, "maximality") == "maximality"
+    assert runs.group_of(True, "whole-blocks") == runs.group_of(True, "no-partial-state")
+    assert runs.group_of(True, "maximality") == "maximality"
 
 
 def test_a_group_longer_than_a_share_is_split(monkeypatch: pytest.MonkeyPatch) -> None:
-    name = report.group_of(True, "loads-stored-only")
-    monkeypatch.setitem(report.WEIGHT, (True, name), 10_000)
+    name = runs.group_of(True, "loads-stored-only")
+    monkeypatch.setitem(runs.WEIGHT, (True, name), 10_000)
     labels = _order()
     assert labels[:2] == [f"{name} (0.33.0 family, 10 pairs, part 1 of 2)",
                           f"{name} (0.33.0 family, 10 pairs, part 2 of 2)"]
@@ -91,15 +96,15 @@ def test_a_picture_drawn_while_the_pairs_ran_is_copied_not_drawn_again(
         return 1.0
 
     monkeypatch.setattr(report, "draw", draw)
-    name = "no-partial-state--vllm-0.23.0"
+    name = f"no-partial-state--{V023}"
     cex = json.loads((Path(__file__).parent.parent / "docs" / "counterexamples"
                       / f"{name}.json").read_text())
-    row = report.Row("no-partial-state", "vllm-0.23.0",
-                     Verdict("COUNTEREXAMPLE", 0.0, cex), "fails", ())
+    row = runs.Row("no-partial-state", V023,
+                   Verdict("COUNTEREXAMPLE", 0.0, cex), "fails", ())
     pool = _Now()
     early = report.EarlyPictures(pool, tmp_path / "scratch")
     early.rows([row])
-    assert drawn == [report.picture_title("no-partial-state", "vllm-0.23.0")]
+    assert drawn == [report.picture_title("no-partial-state", V023)]
     queue: list[report.Drawing] = []
     report.write_report([row], tmp_path / "out", queue=queue)
     assert report.draw_all(queue, 2, pool, early) == 1.0
@@ -116,15 +121,15 @@ def test_the_spec_pictures_of_a_row_are_drawn_early_too(
     import json
     from pathlib import Path
 
-    from proofs import spec
     from proofs.check import Verdict
+    from publish import spec
 
     monkeypatch.setattr(report, "draw", lambda d: 0.0)
     cexs = Path(__file__).parent.parent / "docs" / "counterexamples"
-    rows = [report.Row("maximality", "vllm-0.24.0", Verdict("PROVED", 0.0), "holds", (),
-                       None, Verdict("COUNTEREXAMPLE", 0.0, json.loads(
-                           (cexs / "maximality--vllm-0.24.0--accepted.json").read_text()))),
-            report.Row("no-partial-state", "vllm-0.23.0", Verdict("COUNTEREXAMPLE", 0.0, json.loads(
+    rows = [runs.Row("maximality", V024, Verdict("PROVED", 0.0), "holds", (),
+                     None, Verdict("COUNTEREXAMPLE", 0.0, json.loads(
+                         (cexs / "maximality--vllm-0.24.0--accepted.json").read_text()))),
+            runs.Row("no-partial-state", V023, Verdict("COUNTEREXAMPLE", 0.0, json.loads(
                 (cexs / "no-partial-state--vllm-0.23.0.json").read_text())), "fails", ())]
     early = report.EarlyPictures(_Now(), tmp_path / "scratch", spec=True)
     for r in rows:

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from releases import alt_cache_config_block_size, alt_round_num_hit, vllm_0_23_0, vllm_0_24_0
 from sim.config import EngineConfig
 from sim.engine import Engine
 from sim.metrics import RequestResult
@@ -16,6 +17,11 @@ from sim.runner import RunSpec, run_side_by_side
 from sim.ssm import VOCAB
 from sim.workload import Request, TokenSeq, make_trace
 
+V023 = vllm_0_23_0.SEMANTICS.name
+V024 = vllm_0_24_0.SEMANTICS.name
+ROUND_NUM_HIT = alt_round_num_hit.SEMANTICS.name
+CACHE_CONFIG = alt_cache_config_block_size.SEMANTICS.name
+
 N = 3000
 
 
@@ -23,7 +29,7 @@ N = 3000
 def chat_results() -> dict[str, tuple[Engine, list[RequestResult]]]:
     trace = make_trace("chat", N, 0)
     out = {}
-    for name in ("vllm-0.23.0", "vllm-0.24.0"):
+    for name in (V023, V024):
         engine = Engine(EngineConfig(), name, keep_results=True, workload="chat")
         engine.run(trace)
         assert engine.results is not None
@@ -33,7 +39,7 @@ def chat_results() -> dict[str, tuple[Engine, list[RequestResult]]]:
 
 def test_chat_corrupts_under_0_23_and_not_under_0_24(
         chat_results: dict[str, tuple[Engine, list[RequestResult]]]) -> None:
-    old, new = chat_results["vllm-0.23.0"][0], chat_results["vllm-0.24.0"][0]
+    old, new = chat_results[V023][0], chat_results[V024][0]
     assert old.counters.requests == new.counters.requests == N
     assert old.counters.corrupted > 0
     assert old.counters.violations["no-partial-state"] > 0
@@ -78,14 +84,14 @@ def test_clean_paths_really_match_cold() -> None:
     # verify_clean runs the recurrence on every request and raises if a path the
     # engine calls clean diverges from the cold computation
     trace = make_trace("chat", 600, 5)
-    for name in ("vllm-0.23.0", "vllm-0.24.0"):
+    for name in (V023, V024):
         cfg = EngineConfig(verify_clean=True, gpu_blocks=128)
         s = Engine(cfg, name).run(trace)
         assert s.requests == 600
 
 
 def test_runs_are_reproducible_and_independent_of_processes() -> None:
-    spec = RunSpec("shared-prefix", 800, 3, ("vllm-0.23.0", "vllm-0.24.0"), EngineConfig())
+    spec = RunSpec("shared-prefix", 800, 3, (V023, V024), EngineConfig())
     a = run_side_by_side(spec, jobs=1, show_progress=False)
     b = run_side_by_side(spec, jobs=2, show_progress=False)
     strip = [replace(s, wall_s=0.0) for s in a]
@@ -97,14 +103,14 @@ def test_hybrid_model_and_chunked_prefill() -> None:
     cfg = EngineConfig(attention_groups=1, max_num_batched_tokens=64, gpu_blocks=400,
                        verify_clean=True)
     trace = make_trace("shared-prefix", 600, 2)
-    for name in ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit",
-                 "alt-cache-config-block-size"):
+    for name in (V023, V024, ROUND_NUM_HIT,
+                 CACHE_CONFIG):
         engine = Engine(cfg, name, keep_results=True)
         s = engine.run(trace)
         assert engine.results is not None
         assert s.refused == 0 and s.model_disagreements == 0
         _check_attribution(engine.results)
-        if name == "vllm-0.23.0":
+        if name == V023:
             assert s.corrupted_divergence == 0 and s.dirty_attention == 0
         else:
             # 0.24.0's per-group local hit for hybrid models (vLLM #46453 family)
@@ -117,7 +123,7 @@ def test_wrong_state_poisons_the_gpu_cache_for_later_requests() -> None:
     # with that wrong state, and a 40-token prompt extending it hits it on the GPU.
     rng = np.random.default_rng(0)
     seq = TokenSeq(rng.integers(0, VOCAB, size=40, dtype=np.uint8), 16)
-    engine = Engine(EngineConfig(), "vllm-0.23.0", keep_results=True)
+    engine = Engine(EngineConfig(), V023, keep_results=True)
     engine.submit(Request(0, 0, seq, 32, 8))
     engine.drain()
     engine.clear_gpu()
@@ -132,7 +138,7 @@ def test_wrong_state_poisons_the_gpu_cache_for_later_requests() -> None:
     assert r2.wrong_state and r2.poison == 1
     assert engine.counters.corrupted_inherited == int(r2.corrupted)
     # 0.24.0 on the same requests: no CPU hit for the boundary prompt, nothing wrong
-    fixed = Engine(EngineConfig(), "vllm-0.24.0", keep_results=True)
+    fixed = Engine(EngineConfig(), V024, keep_results=True)
     fixed.submit(Request(0, 0, seq, 32, 8))
     fixed.drain()
     fixed.clear_gpu()
@@ -148,11 +154,11 @@ def _expected_rerun(length: int, semantics: str) -> tuple[int, bool]:
     # what the cold run stores: the state at the last block boundary <= length only
     last = length - length % 16
     if length % 16 == 0:
-        return (length - 1, True) if semantics == "vllm-0.23.0" else (0, False)
+        return (length - 1, True) if semantics == V023 else (0, False)
     return last, False
 
 
-@pytest.mark.parametrize("semantics", ["vllm-0.23.0", "vllm-0.24.0"])
+@pytest.mark.parametrize("semantics", [V023, V024])
 def test_rerun_predictions(semantics: str) -> None:
     for length in range(17, 81):
         r = rerun_one(length, semantics, EngineConfig())
@@ -162,13 +168,13 @@ def test_rerun_predictions(semantics: str) -> None:
 
 def test_rerun_alternatives() -> None:
     # rounding num_hit_tokens instead loads block 0, which the cold run never stored
-    r = rerun_one(32, "alt-round-num-hit", EngineConfig())
+    r = rerun_one(32, ROUND_NUM_HIT, EngineConfig())
     assert (r.hit_tokens, r.missing_load, r.violations) == (16, True, ("loads-stored-only",))
     # a stale cache_config.mamba_block_size smaller than the block does not protect
     stale = EngineConfig(cache_mamba_block_size=8)
-    r = rerun_one(32, "alt-cache-config-block-size", stale)
+    r = rerun_one(32, CACHE_CONFIG, stale)
     assert r.hit_tokens == 24 and r.violations == ("no-partial-state",) and r.wrong_state
-    assert rerun_one(32, "alt-cache-config-block-size", EngineConfig()).hit_tokens == 0
+    assert rerun_one(32, CACHE_CONFIG, EngineConfig()).hit_tokens == 0
 
 
 def test_rerun_keeping_the_gpu_cache_matches_the_control_runs() -> None:
@@ -177,14 +183,14 @@ def test_rerun_keeping_the_gpu_cache_matches_the_control_runs() -> None:
     # 0.24.0 with a connector: the local hit is the attention hit (16/16/32/32/64) and
     # the boundary lengths diverge (the per-group local hit, vLLM #46453 family)
     lengths = (18, 32, 33, 48, 64, 80)
-    pure = [rerun_one(n, "vllm-0.24.0", EngineConfig(), keep_gpu_cache=True) for n in lengths]
+    pure = [rerun_one(n, V024, EngineConfig(), keep_gpu_cache=True) for n in lengths]
     assert [r.gpu_hit for r in pure] == [16, 0, 32, 0, 0, 0]
     assert not any(r.corrupted for r in pure)
-    hybrid = [rerun_one(n, "vllm-0.24.0", EngineConfig(attention_groups=1), keep_gpu_cache=True)
+    hybrid = [rerun_one(n, V024, EngineConfig(attention_groups=1), keep_gpu_cache=True)
               for n in lengths]
     assert [r.gpu_hit for r in hybrid] == [16, 16, 32, 32, 48, 64]
     assert [r.corrupted for r in hybrid] == [False, True, False, True, True, True]
     assert {r.cause for r in hybrid if r.corrupted} == {"local-hit-divergence"}
-    old = [rerun_one(n, "vllm-0.23.0", EngineConfig(attention_groups=1), keep_gpu_cache=True)
+    old = [rerun_one(n, V023, EngineConfig(attention_groups=1), keep_gpu_cache=True)
            for n in lengths]
     assert [r.gpu_hit for r in old] == [16, 0, 32, 0, 0, 0]

@@ -7,13 +7,17 @@ import time
 
 import pytest
 
+from releases import vllm_0_23_0, vllm_0_24_0
 from sim.config import EngineConfig
 from sim.runner import RunSpec, run_side_by_side
+
+V023 = vllm_0_23_0.SEMANTICS.name
+V024 = vllm_0_24_0.SEMANTICS.name
 
 
 @pytest.mark.slow
 def test_100k_chat_requests_in_a_few_minutes() -> None:
-    spec = RunSpec("chat", 100_000, 0, ("vllm-0.23.0", "vllm-0.24.0"), EngineConfig())
+    spec = RunSpec("chat", 100_000, 0, (V023, V024), EngineConfig())
     t0 = time.perf_counter()
     old, new = run_side_by_side(spec, jobs=min(2, os.cpu_count() or 1), show_progress=False)
     wall = time.perf_counter() - t0

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from model.scenario import Group, Scenario
+from releases import vllm_0_24_0
 from sim import ssm
 from sim.chunking import chunk_ends
 from sim.cpu_store import CpuStore
@@ -14,6 +15,8 @@ from sim.oracle import oracle_hit
 from sim.ssm import VOCAB, ColdStates, Recurrence
 from sim.states import StateRecord
 from sim.workload import TokenSeq, make_trace
+
+V024 = vllm_0_24_0.SEMANTICS.name
 
 
 @pytest.mark.parametrize(
@@ -176,7 +179,7 @@ def test_oracle_hit() -> None:
                      deferred=deferred)
 
     def sc(prompt: int, gpu: int, *groups: Group) -> Scenario:
-        return Scenario("vllm-0.24.0", 1, prompt, gpu, groups, mamba_block_size=16)
+        return Scenario(V024, 1, prompt, gpu, groups, mamba_block_size=16)
 
     assert oracle_hit(sc(32, 0, mamba({1}))) == 0  # the state at 32 leaves no token
     assert oracle_hit(sc(33, 0, mamba({1}))) == 32

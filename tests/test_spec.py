@@ -16,7 +16,7 @@ import pytest
 from model.evaluate import evaluate
 from model.explain import explain
 from model.scenario import parse_scenario
-from proofs.spec import (
+from publish.spec import (
     CI_WORKFLOW,
     PAGES,
     SEED_FILE,
@@ -26,11 +26,16 @@ from proofs.spec import (
     render,
     to_html,
 )
+from releases import alt_cache_config_block_size, vllm_0_23_0, vllm_0_24_0
+
+V023 = vllm_0_23_0.SEMANTICS.name
+V024 = vllm_0_24_0.SEMANTICS.name
+CACHE_CONFIG = alt_cache_config_block_size.SEMANTICS.name
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-STALE = ("docs/{} differs from what the code produces: run `python -m proofs.spec docs/` "
-         "(after a change to theorems or the encoding: `python -m proofs --report docs/`) "
+STALE = ("docs/{} differs from what the code produces: run `python -m publish.spec docs/` "
+         "(after a change to theorems or the encoding: `python -m publish --report docs/`) "
          "and commit docs/")
 
 
@@ -58,7 +63,7 @@ def test_first_screen_holds_invariant_matrix_scope_and_preconditions(
     assert "**Proof scope:**" in first
     assert "| precondition" in first and "enforced in vLLM?" in first
     for r in report["results"]:
-        if r["semantics"] == "vllm-0.24.0":
+        if r["semantics"] == V024:
             for p in r["preconditions"]:
                 if not p["scope"]:
                     assert f"`{p['name']}`" in first, p["name"]
@@ -86,7 +91,7 @@ def test_spec_has_no_run_dependent_content(pages: dict[str, str]) -> None:
 
 def test_spec_uses_the_explain_words(pages: dict[str, str]) -> None:
     seed = parse_scenario(json.loads((ROOT / SEED_FILE).read_text()))
-    for sem in ("vllm-0.23.0", "vllm-0.24.0"):
+    for sem in (V023, V024):
         assert explain(seed, evaluate(seed, sem)) in pages["spec/counterexamples.md"]
 
 
@@ -111,7 +116,7 @@ def test_every_counterexample_has_a_section(pages: dict[str, str]) -> None:
 
 def test_ci_workflow_runs_the_proofs_and_the_crosscheck() -> None:
     text = (ROOT / CI_WORKFLOW).read_text()
-    assert "python -m proofs --report" in text
+    assert "python -m publish --report" in text
     assert "python -m sim.crosscheck --vllm" in text and "--examples 2000" in text
     assert "VLLM_VERSION: \"0.24.0\"" in text
 
@@ -121,19 +126,19 @@ def test_spec_facts_are_current() -> None:
     """The expensive facts still come out the same (about a minute): the simulator's
     numbers exactly; the Z3 searches (whose incidental details, such as an unconstrained
     window size, may vary with the solver's time budget) in what the spec says of them.
-    After a change to sim/ or the encoding: `python -m proofs --report docs/`."""
-    from proofs.spec import FACTS, collect_facts
+    After a change to sim/ or the encoding: `python -m publish --report docs/`."""
+    from publish.facts import FACTS, collect_facts
 
     fresh = json.loads(json.dumps(collect_facts(), sort_keys=True))
     committed = json.loads((DOCS / FACTS).read_text())
-    stale = "docs/spec-facts.json is stale: run `python -m proofs --report docs/`"
+    stale = "docs/spec-facts.json is stale: run `python -m publish --report docs/`"
     for key in ("sim", "rerun"):
         assert fresh[key] == committed[key], stale
     for facts in (fresh, committed):
         seed = parse_scenario(facts["seed_counterexample"])
         assert seed.prompt_tokens == 32
-        assert evaluate(seed, "vllm-0.23.0").hit_tokens == 31
-        assert evaluate(seed, "vllm-0.24.0").hit_tokens == 16
+        assert evaluate(seed, V023).hit_tokens == 31
+        assert evaluate(seed, V024).hit_tokens == 16
         alt = evaluate(parse_scenario(facts["alt_round_num_hit_counterexample"]))
         assert alt.refused is None and "no-partial-state" in {v.invariant for v in alt.violations}
 
@@ -147,12 +152,12 @@ def test_links_to_files_of_this_repository_exist(pages: dict[str, str]) -> None:
 
 def test_a_semantics_without_results_shows_as_not_run() -> None:
     results = load_results(DOCS)
-    rows = tuple(r for r in results.rows if r["semantics"] != "alt-cache-config-block-size")
+    rows = tuple(r for r in results.rows if r["semantics"] != CACHE_CONFIG)
     fewer = type(results)(rows, results.facts)
     md = render(gather_code_facts(fewer), fewer)["spec.md"]
     first = md.splitlines()[:25]
     assert any("| not run |" in line for line in first)
-    assert re.search(r"`alt-cache-config-block-size`(, `[^`]+`)* ha(s|ve) no proofs yet", md)
+    assert re.search(rf"`{re.escape(CACHE_CONFIG)}`(, `[^`]+`)* ha(s|ve) no proofs yet", md)
 
 
 def test_the_verdict_over_every_accepted_layout_shows_beside_the_one_under_preconditions(
@@ -161,13 +166,13 @@ def test_the_verdict_over_every_accepted_layout_shows_beside_the_one_under_preco
     show it in the matrix where it differs, with its counterexample, and the scope says the
     proofs cover every accepted layout."""
     results = load_results(DOCS)
-    cex = {"semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 32,
+    cex = {"semantics": V024, "block_size_factor": 1, "prompt_tokens": 32,
            "num_computed_tokens": 0,
            "groups": [{"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "all",
                        "stored": "all"}]}
     rows = tuple(dict(r, over_accepted_layouts=(
         {"status": "COUNTEREXAMPLE", "expected": "fails", "counterexample": cex}
-        if (r["theorem"], r["semantics"]) == ("no-partial-state", "vllm-0.24.0") else
+        if (r["theorem"], r["semantics"]) == ("no-partial-state", V024) else
         {"status": r["status"], "expected": r["expected"], "counterexample": None}))
         for r in results.rows)
     wider = type(results)(rows, results.facts)
@@ -177,17 +182,17 @@ def test_the_verdict_over_every_accepted_layout_shows_beside_the_one_under_preco
             "counterexamples.md#no-partial-state-on-vllm-0240-over-every-accepted-layout) ✓"
             in first)
     assert "for every layout the release's start-up checks accept" in first
-    assert "## no-partial-state on vllm-0.24.0 over every accepted layout\n" in pages[
+    assert f"## no-partial-state on {V024} over every accepted layout\n" in pages[
         "spec/counterexamples.md"]
-    assert "img/no-partial-state--vllm-0.24.0--accepted.png" in pages["spec/counterexamples.md"]
+    assert f"img/no-partial-state--{V024}--accepted.png" in pages["spec/counterexamples.md"]
 
 
 def test_a_fact_taken_from_a_pair_is_that_pairs_search(monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
-    """``python -m proofs --report`` takes the facts of PAIR_FACTS from the pairs' rows:
+    """``python -m publish --report`` takes the facts of PAIR_FACTS from the pairs' rows:
     the fact's own search and the pair's (after its proof fails) ask the same question."""
     import proofs.check as check
-    from proofs.spec import PAIR_FACTS, fact_part
+    from publish.facts import PAIR_FACTS, fact_part
 
     asked: list[tuple[str, str, tuple[str, ...]]] = []
 
@@ -207,7 +212,8 @@ def test_a_fact_taken_from_a_pair_is_that_pairs_search(monkeypatch: pytest.Monke
 
 def test_fact_parts_name_every_simulator_run_once() -> None:
     # FACT_PARTS lists each part with its measured cost: every run collect_facts reads
-    from proofs.spec import FACT_PARTS, SIM_LABELS, SIM_SEMANTICS
+    from publish.facts import FACT_PARTS, SIM_LABELS
+    from publish.names import SIM_SEMANTICS
 
     sims = {f"sim:{label}:{sem}" for label in SIM_LABELS for sem in SIM_SEMANTICS}
     assert {n for n in FACT_PARTS if n.startswith("sim:")} == sims

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import releases
 from model.args import OneLineParser, bounded_int, nonempty_path, output_dir
 from model.evaluate import evaluate
 from model.scenario import (
@@ -31,6 +32,7 @@ from model.scenario import (
     scenario_to_json,
 )
 from model.semantics import get_semantics
+from releases import vllm_0_23_0, vllm_0_24_0, vllm_0_33_0
 from sim.crosscheck.client import RealScheduler
 from sim.crosscheck.compare import Verdict, compare, model_view
 from sim.crosscheck.envs import ROOT, VERSIONS
@@ -39,14 +41,15 @@ from sim.crosscheck.shrink import shrink, signature
 
 OUT_DIR = ROOT / "tests" / "scenarios" / "crosscheck"
 SEED = {  # the seed's boundary case: real 0.23.0 hits 31 tokens, real 0.24.0 hits 16
-    "semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 32,
+    "semantics": releases.newest("block").name, "block_size_factor": 1, "prompt_tokens": 32,
     "num_computed_tokens": 0,
     "groups": [{"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
                 "stored": "all"}],
 }
-SEED_HIT = {"0.23.0": 31, "0.24.0": 16, "0.33.0": 16}
+SEED_HIT = {vllm_0_23_0.SEMANTICS.base_version: 31, vllm_0_24_0.SEMANTICS.base_version: 16,
+            vllm_0_33_0.SEMANTICS.base_version: 16}
 BENCH = {  # 4,096-token prompt, two groups, everything stored, nothing on the GPU
-    "semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 4096,
+    "semantics": releases.newest("block").name, "block_size_factor": 1, "prompt_tokens": 4096,
     "num_computed_tokens": 0,
     "groups": [{"kind": "full_attention", "gpu_block_size": 16, "stored": "all"},
                {"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
@@ -130,7 +133,7 @@ def v033_dims(s: Scenario, result: dict[str, Any]) -> list[str]:
     sem = get_semantics(s.semantics)
     if sem.reround_mamba or sem.cap_min:
         # a fix's alt semantics: where the fixed real scheduler differs from 0.33.0 itself
-        stock = evaluate(s, "vllm-0.33.0")
+        stock = evaluate(s, releases.by_version(sem.base_version).name)
         if stock.hit_tokens != result.get("hit"):
             out.append("hit changed by the fix")
         if any(v.invariant == "no-partial-state" for v in stock.violations):
@@ -295,6 +298,10 @@ def bench(real: RealScheduler, calls: int) -> tuple[float, float]:
     return 1 / r["median"], 1 / per_call[len(per_call) // 2]
 
 
+# the example in --semantics' help
+_FIX = releases.fix_for("001")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(prog="python -m sim.crosscheck", description=__doc__)
     ap.add_argument("--vllm", default=",".join(VERSIONS),
@@ -314,13 +321,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="do not compare the order of manager.lookup calls")
     ap.add_argument("--semantics", default=None, metavar="NAME",
                     help="an alt semantics with a real counterpart, checked against the "
-                    "release with that fix applied (alt-v033-reround-mamba: vLLM 0.33.0 "
-                    "with docs/findings/001-fix.diff); one --vllm version only")
+                    f"release with that fix applied ({_FIX.name}: vLLM {_FIX.base_version} "
+                    f"with {_FIX.fix_diff}); one --vllm version only")
     pr = ap.add_argument_group(
         "PR check", "check a vLLM source tree (branch, unpacked sdist/wheel, .whl, "
-        ".tar.gz) against its nearest modelled release; prints a Markdown report; exit 0 "
-        "nothing modelled changed, 1 behaviour changed, 2 an invariant broken (or bad "
-        "input: one error line, no report)")
+        ".tar.gz) against its nearest modelled release; prints a Markdown report and "
+        "writes each shrunk scenario as a replayable file under OUT/pr-check/ (--out); "
+        "exit 0 nothing modelled changed, 1 behaviour changed, no invariant broken, 2 bad "
+        "input (one error line, no report), 3 a changed behaviour breaks an invariant")
     pr.add_argument("--vllm-source", type=Path, metavar="PATH", help="the tree to check")
     pr.add_argument("--base", default=None, help="check against this modelled release "
                     "(default: the nearest, see sim/crosscheck/README.md)")
@@ -404,13 +412,13 @@ def main(argv: list[str] | None = None) -> int:
 def pr_check(args: argparse.Namespace) -> int:
     """``--vllm-source``: the PR check (see ``prcheck.py``); bad input -> one line, 2."""
     from sim.crosscheck.client import HarnessError
-    from sim.crosscheck.prcheck import CORPUS, check_tree
+    from sim.crosscheck.prcheck import CORPUS, EXIT_BAD_INPUT, check_tree, write_scenarios
     from sim.crosscheck.prreport import render
     from sim.crosscheck.tree import TreeError, find_package
 
     if args.examples < 0 or args.examples > 1_000_000:
         print(f"error: --examples: {args.examples} is not in 0..1000000", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     corpus = None if args.no_corpus else [Path(p) for p in args.scenarios or CORPUS]
     import tempfile
 
@@ -422,7 +430,7 @@ def pr_check(args: argparse.Namespace) -> int:
                                 corpus=corpus, base=args.base)
     except TreeError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except HarnessError as e:
         # the exception the harness died of (the last "...Error: ..." line of its log)
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
@@ -430,7 +438,10 @@ def pr_check(args: argparse.Namespace) -> int:
         why = (errors or lines or ["the harness failed"])[-1][:300]
         print(f"error: --vllm-source: the tree's files do not run on the release's "
               f"environment: {why}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    files = write_scenarios(result, args.out / "pr-check")
+    if files:
+        _say(f"{len(files)} scenario file(s) under {args.out / 'pr-check'}")
     text = render(result)
     if args.report is not None:
         args.report.parent.mkdir(parents=True, exist_ok=True)

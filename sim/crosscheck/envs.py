@@ -18,11 +18,14 @@ import sys
 import time
 from pathlib import Path
 
+import releases
+
 ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = Path(__file__).resolve().parent / "requirements"
 TORCH = "torch==2.13.0"
 STAMP = ".crosscheck-ready"
-VERSIONS = ("0.23.0", "0.24.0", "0.33.0")
+# every modelled release's vLLM version (the registry's releases), oldest first
+VERSIONS = releases.versions()
 
 
 def venvs_dir() -> Path:
@@ -47,11 +50,9 @@ def modelled_releases() -> tuple[str, ...]:
     """Releases with both model semantics (``vllm-X``) and an environment recipe, oldest
     first: the bases a source tree can be checked against.  A new release plugs in by
     adding its semantics and ``requirements/vllm-X.txt``."""
-    from model.semantics import get_semantics
-
     def modelled(version: str) -> bool:
         try:
-            return get_semantics(f"vllm-{version}").base_version == version
+            return releases.by_version(version).base_version == version
         except ValueError:
             return False
 

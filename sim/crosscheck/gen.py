@@ -24,8 +24,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hseed
 from hypothesis import strategies as st
 
+import releases
 from model.scenario import Scenario, parse_scenario, scenario_to_json
 from model.semantics import get_semantics
+
+# the default: the newest release of the block lookup (PR #44599's fix)
+BLOCK_RELEASE = releases.newest("block").name
 
 UNITS = (1, 2, 4, 8, 16)
 MULTIPLES = (1, 2, 3, 4)
@@ -191,8 +195,9 @@ def _real_layout(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
 
 
 @st.composite
-def scenario_dicts(draw: st.DrawFn, semantics: str = "vllm-0.24.0") -> dict[str, Any]:
-    if semantics == "vllm-0.33.0":
+def scenario_dicts(draw: st.DrawFn, semantics: str = BLOCK_RELEASE) -> dict[str, Any]:
+    sem = releases.all_semantics().get(semantics)
+    if sem is not None and sem.kind == "release" and sem.chunked:
         if _chance(draw, 0.15):
             return _real_layout(draw, semantics)
         if _chance(draw, 0.1):
@@ -266,7 +271,7 @@ def _classic_dicts(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
     return out
 
 
-def scenarios(semantics: str = "vllm-0.24.0") -> st.SearchStrategy[Scenario]:
+def scenarios(semantics: str = BLOCK_RELEASE) -> st.SearchStrategy[Scenario]:
     return scenario_dicts(semantics).map(parse_scenario)
 
 

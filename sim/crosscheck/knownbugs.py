@@ -8,13 +8,15 @@ an installed ``vllm`` package; ``apply_patch`` re-introduces a bug into such a c
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.crosscheck.envs import ROOT
+from sim.crosscheck.envs import ROOT, venvs_dir
 from sim.crosscheck.tree import OVERLAY
 
 
@@ -27,12 +29,12 @@ BUGS_DIR = ROOT / "bench" / "known_bugs"
 # (name, what, first release with the fix, first release without the code path)
 NEEDS_RELEASE = [
     ("mamba-all-unrounded", 'vLLM #51094 reverted: mamba_cache_mode="all" not rounded '
-     "(fixed in 0.28.0)", "0.28.0", "0.33.0"),
+     "(fixed in 0.28.0)", "0.28.0", "0.32.0"),
 ]
-# why a release from the last field on cannot host the bug
+# why a release from the last field on cannot host the bug (docs/releases.md § #51094)
 GONE_BECAUSE = {
-    "mamba-all-unrounded": 'vLLM 0.33.0 has no mode "all" (vllm/config/cache.py:176: '
-                           'MambaCacheMode is "align" or "none")',
+    "mamba-all-unrounded": 'vLLM 0.32.0 dropped mode "all" (vllm/config/cache.py:63 of '
+                           '0.32.0: MambaCacheMode is "align" or "none")',
 }
 
 
@@ -56,6 +58,46 @@ def load_bugs() -> list[Bug]:
             head[key.strip()] = value.strip()
         bugs.append(Bug(p.stem, head["bug"], head["release"], head["invariant"], p))
     return bugs
+
+
+def has_release(sources: Path, version: str) -> bool:
+    """``sources`` holds release ``version`` in a form ``release_tree`` reads."""
+    return ((sources / "__init__.py").is_file()
+            or (sources / f"vllm-{version}" / "vllm").is_dir()
+            or any(sources.glob(f"vllm-{version}-*.whl")))
+
+
+def wheel_dirs() -> list[Path]:
+    """Where release wheels are looked for without ``--sources``: ``$CROSSCHECK_WHEELS``,
+    ``../wheels`` next to the checkout, then ``<venvs>/wheels`` (where they are fetched)."""
+    env = os.environ.get("CROSSCHECK_WHEELS")
+    return [*([Path(env)] if env else []), ROOT.parent / "wheels", venvs_dir() / "wheels"]
+
+
+def find_sources(version: str, *, fetch: bool = True) -> Path:
+    """The first of ``wheel_dirs()`` that holds release ``version``; if none does and
+    ``fetch``, ``pip download --no-deps vllm==X`` into the last one.  BugError (one line)
+    when neither works."""
+    dirs = wheel_dirs()
+    for d in dirs:
+        if has_release(d, version):
+            return d
+    if not fetch:
+        raise BugError(f"--sources: no vllm-{version}-*.whl in "
+                       + ", ".join(str(d) for d in dirs))
+    dest = dirs[-1]
+    dest.mkdir(parents=True, exist_ok=True)
+    print(f"[known bugs] pip download --no-deps vllm=={version} -d {dest}",
+          file=sys.stderr, flush=True)
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                           f"vllm=={version}", "-d", str(dest)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0 or not has_release(dest, version):
+        why = [ln for ln in proc.stderr.splitlines() if ln.strip().startswith("ERROR")]
+        raise BugError(f"--sources: no vllm-{version}-*.whl in "
+                       + ", ".join(str(d) for d in dirs)
+                       + f", and pip could not fetch it ({(why or ['pip failed'])[-1]})")
+    return dest
 
 
 def release_tree(sources: Path, version: str, dest: Path) -> Path:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import releases
 from model.scenario import Scenario
 
 
@@ -93,15 +94,22 @@ def to_case(s: Scenario) -> dict[str, Any]:
 
 
 def semantics_for(version: str) -> str:
-    return f"vllm-{version}"
+    """The release semantics of vLLM ``version`` (ValueError: not modelled)."""
+    return releases.by_version(version).name
 
 
-# alt semantics that have a real counterpart: the release with a proposed fix applied in
-# its harness (env CROSSCHECK_FIX; adapters/fix001_chunked.py applies finding 001's diff)
+# the fix diffs the harness can apply (env CROSSCHECK_FIX; adapters/fix001_chunked.py
+# applies them in process), by the id it takes
+HARNESS_FIXES = {
+    "docs/findings/001-fix.diff": "001",
+    "docs/findings/001-fix-rerun.diff": "001b",
+    "docs/findings/003-fix.diff": "003",
+}
+# fixes that have a real counterpart: the release with their diff applied in its harness
 REAL_FIXES: dict[str, tuple[str, str]] = {
-    "alt-v033-reround-mamba": ("0.33.0", "001"),  # docs/findings/001-fix.diff
-    "alt-v033-reround-mamba-rerun": ("0.33.0", "001b"),  # docs/findings/001-fix-rerun.diff
-    "alt-v033-cap-min": ("0.33.0", "003"),  # docs/findings/003-fix.diff
+    name: (sem.base_version, HARNESS_FIXES[sem.fix_diff])
+    for name, sem in releases.all_semantics().items()
+    if sem.kind == "fix" and sem.fix_diff in HARNESS_FIXES
 }
 
 

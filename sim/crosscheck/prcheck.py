@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import releases
 from model.evaluate import Outcome, evaluate
 from model.invariants import AnyLayout, check_all
 from model.layout import Layout
@@ -56,11 +57,19 @@ from sim.crosscheck.tree import (
 )
 
 CORPUS = (ROOT / "tests" / "scenarios", ROOT / "docs" / "counterexamples")
-SEED = {"semantics": "vllm-0.24.0", "block_size_factor": 1, "prompt_tokens": 32,
+SEED = {"semantics": releases.newest("block").name, "block_size_factor": 1, "prompt_tokens": 32,
         "num_computed_tokens": 0,
         "groups": [{"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
                     "stored": "all"}]}
 CRASH = "scheduler-assertion"  # the tree trips a vLLM assertion the release does not
+# exit codes of ``python -m sim.crosscheck --vllm-source`` (documented in its --help)
+EXIT_SAME = 0  # no modelled behaviour changed
+EXIT_CHANGED = 1  # behaviour changed, no invariant broken
+EXIT_BAD_INPUT = 2  # bad input: one error line, no report (argparse's code too)
+EXIT_BROKEN = 3  # a changed behaviour breaks an invariant
+EXIT_CODES = ("exit codes: 0 no modelled behaviour changed; 1 behaviour changed, no "
+              "invariant broken; 2 bad input (one error line, no report); 3 a changed "
+              "behaviour breaks an invariant")
 
 
 @dataclass(frozen=True)
@@ -123,11 +132,16 @@ class PRResult:
     first_break_phase: str = ""
     startup_s: float = 0.0  # release choice, overlay and starting the real scheduler
 
+    # the shrunk scenarios as replayable files (``write_scenarios``), one per change in
+    # ``changes`` order, then the first breaking scenario before shrinking
+    scenario_files: list[Path] = field(default_factory=list)
+    first_break_file: Path | None = None
+
     @property
     def exit_code(self) -> int:
         if any(c.breaks for c in self.changes):
-            return 2
-        return 1 if self.changes else 0
+            return EXIT_BROKEN
+        return EXIT_CHANGED if self.changes else EXIT_SAME
 
 
 def _say(msg: str) -> None:
@@ -393,3 +407,33 @@ def check_tree(tree: Tree, *, examples: int = 2000, seed: int = 0,
     result.changes.sort(key=lambda c: (not c.breaks, -c.count, c.kind))
     result.seconds = time.monotonic() - t0
     return result
+
+
+def _slug(text: str) -> str:
+    words = "".join(c if c.isalnum() else " " for c in text).split()
+    return "-".join(words)[:60] or "change"
+
+
+def write_scenarios(result: PRResult, out_dir: Path) -> list[Path]:
+    """Write every shrunk scenario of ``result`` (and the first breaking one before
+    shrinking) as a scenario file ``python -m model lookup FILE`` replays; records the
+    paths on ``result`` and returns them."""
+    if result.changes or result.first_break is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    result.scenario_files = []
+    for i, c in enumerate(result.changes, 1):
+        data = scenario_to_json(parse_scenario(c.scenario))
+        data["description"] = (f"PR check, change {i}: {c.kind}; "
+                               + "; ".join(c.diffs))[:2000]
+        path = out_dir / f"pr-check-{i:02d}-{_slug(c.kind)}.json"
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        result.scenario_files.append(path)
+    if result.first_break is not None:
+        data = scenario_to_json(parse_scenario(result.first_break))
+        data["description"] = (f"PR check: the first scenario that broke an invariant "
+                               f"({result.first_break_phase}), before shrinking")
+        result.first_break_file = out_dir / "pr-check-first-break.json"
+        result.first_break_file.write_text(json.dumps(data, indent=1, sort_keys=True)
+                                           + "\n")
+    return list(result.scenario_files) + (
+        [result.first_break_file] if result.first_break_file else [])

@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from model.citations import cite
-from sim.crosscheck.prcheck import CRASH, Change, PRResult, Side
+from sim.crosscheck.mapping import semantics_for
+from sim.crosscheck.prcheck import (
+    CRASH,
+    EXIT_BROKEN,
+    EXIT_CHANGED,
+    EXIT_SAME,
+    Change,
+    PRResult,
+    Side,
+)
 
 VERDICT = {
-    0: "no modelled behaviour changed",
-    1: "modelled behaviour changed; no invariant broken",
-    2: "a changed behaviour breaks an invariant",
+    EXIT_SAME: "no modelled behaviour changed",
+    EXIT_CHANGED: "modelled behaviour changed; no invariant broken",
+    EXIT_BROKEN: "a changed behaviour breaks an invariant",
 }
 EXIT_NOTE = ("Exit status: 0 no modelled behaviour changed, 1 behaviour changed without "
-             "breaking an invariant, 2 a change breaks an invariant (bad input also exits "
-             "2, but prints one error line and no report).")
+             "breaking an invariant, 3 a change breaks an invariant (2 is bad input: one "
+             "error line, no report).")
 
 
 def _loads(side: Side) -> str:
@@ -46,7 +56,8 @@ def _broken(side: Side) -> str:
 def compact(raw: dict[str, Any]) -> dict[str, Any]:
     """A scenario without its empty or default-off fields (for display)."""
     def keep(k: str, v: Any) -> bool:  # "stored": [] (nothing stored) stays
-        return k != "description" and (k == "stored" or v not in ([], False))
+        # (``v is False``, not ``v == False``: a 0 such as num_computed_tokens is required)
+        return k != "description" and (k == "stored" or not (v is False or v == []))
 
     out = {k: v for k, v in raw.items() if keep(k, v)}
     out["groups"] = [{k: v for k, v in g.items() if keep(k, v)} for g in raw["groups"]]
@@ -57,14 +68,16 @@ def _scenario_line(raw: dict[str, Any]) -> str:
     return json.dumps(compact(raw), sort_keys=True)
 
 
-def _change(i: int, c: Change, version: str) -> list[str]:
+def _change(i: int, c: Change, version: str, path: Path | None = None) -> list[str]:
     head = (f"**breaks {', '.join(c.new_broken)}**" if c.breaks
             else "changed, no invariant broken")
+    where = (f"`{path}`; `python -m model lookup {path} --explain` replays the release's "
+             "side" if path is not None
+             else "`python -m model lookup FILE --explain` replays the release's side")
     return [
         f"#### {i}. {head} — `{c.kind}` ({c.count} scenario{'s' * (c.count != 1)})",
         "",
-        "Shrunk scenario (`python -m model lookup FILE --explain` replays the release's "
-        "side):",
+        f"Shrunk scenario ({where}):",
         "",
         "```json",
         _scenario_line(c.scenario),
@@ -90,7 +103,7 @@ def render(r: PRResult) -> str:
         f"## offload-lookup-check PR check: {VERDICT[code]} (exit {code})",
         "",
         f"- Base: the tree is checked against the model of **vLLM {v}** "
-        f"(semantics `vllm-{v}`): {r.nearest.reason}. "
+        f"(semantics `{semantics_for(v)}`): {r.nearest.reason}. "
         f"Declared version: {r.tree.version or 'none'}"
         + (f" (`{r.tree.version_source}`)" if r.tree.version_source else "")
         + f". Changed lines in the cited files per modelled release: {dist or 'n/a'}.",
@@ -117,11 +130,13 @@ def render(r: PRResult) -> str:
                   "invariant (evaluated on what the tree's scheduler did, against what the "
                   f"vLLM {v} model does on the same scenario).", ""]
         if r.first_break is not None and r.first_break_s is not None:
+            saved = f" (`{r.first_break_file}`)" if r.first_break_file else ""
             lines += [f"First scenario that broke an invariant ({r.first_break_phase}, "
-                      f"after {r.first_break_s:.0f} s), before shrinking: "
+                      f"after {r.first_break_s:.0f} s), before shrinking{saved}: "
                       f"`{_scenario_line(r.first_break)}`", ""]
         for i, c in enumerate(r.changes, 1):
-            lines += _change(i, c, v)
+            path = r.scenario_files[i - 1] if i <= len(r.scenario_files) else None
+            lines += _change(i, c, v, path)
     moved = [c for c in r.cited if c.status == "moved"]
     changed = [c for c in r.cited if c.status == "changed"]
     absent = sorted({c.path for c in r.cited if c.status == "not in tree"})

@@ -28,6 +28,7 @@ from typing import Any
 
 from model.args import OneLineParser, nonempty_path, output_dir
 from model.scenario import MAX_TOKENS, ScenarioError, decode_json, read_bytes
+from releases import vllm_0_23_0, vllm_0_24_0
 
 SCHEMA = "sim-gpu-result/1"
 HF_SCHEMA = "sim-gpu-hf-reference/1"
@@ -87,9 +88,9 @@ class Case:
             return None
         if self.vllm_version == "0.23.0" or self.mode == "fix-disabled":
             # fix disabled = 0.24.0 without PR #44599's round_down = 0.23.0's lookup
-            return "vllm-0.23.0"
+            return vllm_0_23_0.SEMANTICS.name
         if self.vllm_version == "0.24.0":
-            return "vllm-0.24.0"
+            return vllm_0_24_0.SEMANTICS.name
         return None
 
     @property

@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+import releases
 from model.real_layouts import LayoutError, LayoutTemplate, load_templates, parse_table
 from model.semantics import get_semantics
 from sim.layouts.derive import DeriveError, derive, dumps
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="write one scenario file per accepted row into DIR (every block "
                            "stored; prompt two scheduler blocks of offloaded size plus one "
                            "token) for python -m model lookup / sim.crosscheck --scenarios")
-    ap.add_argument("--semantics", default="vllm-0.24.0",
+    ap.add_argument("--semantics", default=releases.newest("block").name,
                     help="the semantics the --scenarios files name")
     args = ap.parse_args(argv)
     json_path, md_path = paths(args.out, args.vllm)

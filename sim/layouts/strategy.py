@@ -15,8 +15,12 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+import releases
 from model.real_layouts import LayoutTemplate, load_templates
 from model.scenario import Scenario
+
+# the default: the newest release of the block lookup
+BLOCK_RELEASE = releases.newest("block").name
 
 
 def _accepted() -> tuple[LayoutTemplate, ...]:
@@ -24,7 +28,7 @@ def _accepted() -> tuple[LayoutTemplate, ...]:
 
 
 @st.composite
-def real_layout_scenarios(draw: st.DrawFn, semantics: str = "vllm-0.24.0") -> Scenario:
+def real_layout_scenarios(draw: st.DrawFn, semantics: str = BLOCK_RELEASE) -> Scenario:
     t = draw(st.sampled_from(_accepted()))
     bpc = t.blocks_per_chunk or 1
     scheduler_block = math.lcm(*(g.block_size for g in t.groups))

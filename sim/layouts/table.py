@@ -7,6 +7,7 @@ import math
 from model.layout import Refused, resolve_layout
 from model.real_layouts import LayoutGroup, LayoutTemplate, flags
 from model.semantics import get_semantics
+from releases import vllm_0_24_0
 
 TITLE = "KV-cache group layouts of real model configurations on vLLM 0.33.0"
 
@@ -41,8 +42,8 @@ def startup_024(t: LayoutTemplate) -> str:
         return "-"
     prompt = math.lcm(*(g.block_size for g in t.groups)) * (t.blocks_per_chunk or 1)
     try:
-        resolve_layout(t.scenario(semantics="vllm-0.24.0", prompt_tokens=prompt),
-                       get_semantics("vllm-0.24.0"))
+        resolve_layout(t.scenario(semantics=vllm_0_24_0.SEMANTICS.name, prompt_tokens=prompt),
+                       get_semantics(vllm_0_24_0.SEMANTICS.name))
     except Refused as e:
         return f"refused ({e.check})"
     return "accepted"

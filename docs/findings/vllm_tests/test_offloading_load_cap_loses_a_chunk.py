@@ -1,180 +1,143 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A ``max_load_tokens`` cap below the prompt end loses a whole Mamba chunk of CPU hit.
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""A ``max_load_tokens`` cap below the prompt's end must not cost a chunk of hit.
 
-Written for vLLM 0.33.0's ``tests/v1/kv_connector/unit/`` (self-contained: vLLM and
-transformers only, CPU only, no model execution).  ``test_load_cap_keeps_the_chunk``
-asserts the hit a fixed lookup gives (32), so it FAILS on 0.33.0 as released (hit 16) and
-PASSES with the proposed fix (``docs/findings/003-fix.diff``: the last-prompt-token rule as
-a minimum with ``num_tokens - 1``); see ``docs/findings/003-load-cap-loses-a-chunk.md`` in
-offload-lookup-check.
+For ``tests/v1/kv_connector/unit/offloading_connector/``; written against vLLM
+0.33.0 (git ``4ba787ec9``), whose test helpers (``MockOffloadingSpec``,
+``RequestRunner`` and the ``request_runner`` fixture in ``utils.py`` and
+``conftest.py``, ``_make_vllm_config`` in ``test_config.py``) were read in the
+0.33.0 source distribution.
 
-Layout: one Mamba group in ``mamba_cache_mode="align"``, block 16, one block per chunk,
-hash block 16 (what vLLM 0.33.0's start-up makes of a small Mamba1 or Mamba2 model).
-Every chunk of a 33-token prompt is in the store (a stand-in manager answers lookups from
-a set of keys).  The request carries ``kv_transfer_params={"max_load_tokens": 32}``.
-
-``_lookup_complete_chunks`` caps the hit bound at 32 (``offloading/scheduler.py:867``),
-then still takes one token off for the last-prompt-token rule (``:876``: 31, although
-the cap already leaves token 32 to compute) and rounds down to the Mamba chunk
-(``:877-881``: 16).  A hit of 32 keeps every rule: it ends on a Mamba chunk, leaves the
-last prompt token to compute, stays within the cap, and its chunks are stored.  The
-control cases (no cap; a cap of 33, at the prompt end) get 32.
-
-The engine-core ``Scheduler`` runs with the real ``OffloadingConnector``; the hit is the
-one its first ``schedule()`` obtains from ``get_num_new_matched_tokens``.
-
-Run as a script (``python THIS_FILE``) it prints the hits as JSON.
+With a sliding-window or Mamba group, ``_lookup_complete_chunks`` caps the hit
+bound at ``max_load_tokens`` and then still takes one token off for the
+last-prompt-token rule, although the cap already leaves that token to compute;
+the round-down to the Mamba chunk (or, with the cap, to each group's chunk) then
+drops a whole chunk.  The tests assert the hit that keeps every rule, so on
+0.33.0 the capped cases fail (hit 16 instead of 32).  Taking the minimum with
+``num_tokens - 1`` instead of subtracting after the caps, as the partial-tail
+path already does, makes them pass.
 """
 
-from __future__ import annotations
+import pytest
+import torch
 
-import json
-import os
-import sys
-import tempfile
-from typing import Any
-
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from vllm import SamplingParams  # noqa: E402
-from vllm.config import (  # noqa: E402
-    CacheConfig,
-    DeviceConfig,
-    KVTransferConfig,
-    ModelConfig,
-    SchedulerConfig,
-    VllmConfig,
+from tests.v1.kv_connector.unit.offloading_connector.test_config import (
+    _make_vllm_config,
 )
-from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
-from vllm.v1.core.kv_cache_utils import (  # noqa: E402
-    get_request_block_hasher,
-    init_none_hash,
-    resolve_kv_cache_block_sizes,
+from tests.v1.kv_connector.unit.offloading_connector.utils import (
+    MockOffloadingSpec,
+    generate_store_output,
 )
-from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
-from vllm.v1.kv_cache_interface import (  # noqa: E402
+from tests.v1.kv_connector.unit.utils import EOS_TOKEN_ID, create_request
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (
+    build_offloading_config,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
+    OffloadingConnectorScheduler,
+)
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
     MambaSpec,
+    SlidingWindowSpec,
 )
-from vllm.v1.kv_offload import base as offload_base  # noqa: E402
-from vllm.v1.request import Request  # noqa: E402
-from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+from vllm.v1.kv_offload.base import LookupResult
 
-BLOCK = 16
-PROMPT = 33
-NUM_GPU_BLOCKS = 64
-JAMBA = dict(
-    vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=4, attn_layer_period=2,
-    attn_layer_offset=1, num_experts=1, num_experts_per_tok=1, expert_layer_period=1,
-    expert_layer_offset=0, mamba_d_state=16, mamba_d_conv=4, mamba_expand=1,
-    mamba_dt_rank=8, use_mamba_kernels=False, max_position_embeddings=1024,
-    architectures=["JambaForCausalLM"],
-)
+BLOCK_SIZE = 16
+NUM_PROMPT_TOKENS = 2 * BLOCK_SIZE + 1
 
 
-def _configs() -> tuple[VllmConfig, KVCacheConfig]:
-    model_dir = tempfile.mkdtemp()
-    transformers.JambaConfig(**JAMBA).save_pretrained(model_dir)
-    mamba = MambaSpec(block_size=BLOCK, shapes=((8, 32),), dtypes=(torch.float32,),
-                      mamba_cache_mode="align")
-    vllm_config = VllmConfig(
-        model_config=ModelConfig(model=model_dir, skip_tokenizer_init=True,
-                                 max_model_len=256, dtype="float32"),
-        device_config=DeviceConfig("cpu"),
-        cache_config=CacheConfig(block_size=BLOCK, enable_prefix_caching=True,
-                                 mamba_cache_mode="align"),
-        scheduler_config=SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=4,
-                                         max_model_len=256, is_encoder_decoder=False),
-        kv_transfer_config=KVTransferConfig(
-            kv_connector="OffloadingConnector", kv_role="kv_both",
-            kv_connector_extra_config={"cpu_bytes_to_use": 1 << 20},
-        ),
-    )
-    vllm_config.cache_config.num_gpu_blocks = NUM_GPU_BLOCKS
+@pytest.mark.parametrize("max_load_tokens", [None, 33, 32])
+def test_mamba_load_cap_keeps_the_chunk(max_load_tokens):
+    """One Mamba group (align, block 16), as 0.33.0 builds it for a small Mamba1
+    or Mamba2 model; every chunk of a 33-token prompt is stored.  A hit of 32
+    ends on a Mamba chunk, leaves the last prompt token to compute and stays
+    within every cap tried."""
     kv_cache_config = KVCacheConfig(
-        num_blocks=NUM_GPU_BLOCKS, kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.mamba"], mamba)],
+        num_blocks=0,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(
+                ["mamba_layer"],
+                MambaSpec(
+                    block_size=BLOCK_SIZE,
+                    shapes=((1, 1),),
+                    dtypes=(torch.float32,),
+                    mamba_cache_mode="align",
+                ),
+            )
+        ],
     )
-    return vllm_config, kv_cache_config
+    vllm_config = _make_vllm_config(extra_config={})
+    spec = MockOffloadingSpec(build_offloading_config(vllm_config, kv_cache_config))
+    scheduler = OffloadingConnectorScheduler(spec, vllm_config, kv_cache_config)
+    request = create_request(num_tokens=NUM_PROMPT_TOKENS, block_size=BLOCK_SIZE)
+    if max_load_tokens is not None:
+        request.kv_transfer_params = {"max_load_tokens": max_load_tokens}
+    scheduler.on_new_request(request)
+    spec.manager.lookup.return_value = LookupResult.HIT
+
+    hit, _ = scheduler.get_num_new_matched_tokens(request, 0)
+    assert hit == 2 * BLOCK_SIZE, f"max_load_tokens={max_load_tokens}: hit {hit}"
 
 
-class _StandInManager(offload_base.OffloadingManager):
-    """Holds a fixed set of keys; lookups answer from it, loads and stores are no-ops."""
-
-    def __init__(self, stored: set[bytes]) -> None:
-        self.stored = stored
-
-    def lookup(self, key, req_context):  # type: ignore[no-untyped-def]
-        return (offload_base.LookupResult.HIT if key in self.stored
-                else offload_base.LookupResult.MISS)
-
-    def prepare_load(self, keys, req_context):  # type: ignore[no-untyped-def]
-        assert set(keys) <= self.stored, "a load names a key the store lacks"
-        return None
-
-    def prepare_store(self, keys, req_context):  # type: ignore[no-untyped-def]
-        return None
-
-    def on_new_request(self, req_context):  # type: ignore[no-untyped-def]
-        return offload_base.RequestOffloadingContext()
-
-
-def run(max_load_tokens: int | None) -> int:
-    """The CPU hit the real scheduler gets for the 33-token prompt, every chunk stored."""
-    vllm_config, kv_cache_config = _configs()
-    block, hash_block = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
-    assert (block, hash_block) == (BLOCK, BLOCK)
-    scheduler = Scheduler(
-        vllm_config=vllm_config, kv_cache_config=kv_cache_config,
-        structured_output_manager=StructuredOutputManager(vllm_config),
-        block_size=block, hash_block_size=hash_block,
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_sliding_window_load_cap_keeps_the_chunk(request_runner, async_scheduling):
+    """Full attention and a 32-token sliding window, block 16: the prompt is
+    stored by a first request, then sent again with ``max_load_tokens=32``."""
+    runner = request_runner(
+        block_size=BLOCK_SIZE,
+        num_gpu_blocks=100,
+        async_scheduling=async_scheduling,
+        kv_cache_groups=[
+            KVCacheGroupSpec(
+                ["full_layer"],
+                FullAttentionSpec(
+                    block_size=BLOCK_SIZE,
+                    num_kv_heads=1,
+                    head_size=1,
+                    dtype=torch.float32,
+                ),
+            ),
+            KVCacheGroupSpec(
+                ["sliding_layer"],
+                SlidingWindowSpec(
+                    block_size=BLOCK_SIZE,
+                    num_kv_heads=1,
+                    head_size=1,
+                    dtype=torch.float32,
+                    sliding_window=2 * BLOCK_SIZE,
+                ),
+            ),
+        ],
     )
-    assert scheduler.connector is not None
-    connector = scheduler.connector.connector_scheduler
-    hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
-    init_none_hash(hash_fn)
-    extra = ({} if max_load_tokens is None
-             else {"kv_transfer_params": {"max_load_tokens": max_load_tokens}})
-    req = Request(request_id="R", prompt_token_ids=[(5 * t + 11) % 500 + 3
-                                                    for t in range(PROMPT)],
-                  sampling_params=SamplingParams(max_tokens=1, ignore_eos=True,
-                                                 extra_args=extra or None),
-                  pooling_params=None,
-                  block_hasher=get_request_block_hasher(hash_block, hash_fn))
-    # every chunk the prompt wrote (ends at tokens 16 and 32), group 0
-    connector.manager = _StandInManager(
-        {offload_base.make_offload_key(h, 0) for h in req.block_hashes})
-    hits: list[Any] = []
-    lookup = connector.get_num_new_matched_tokens
+    token_ids = list(range(1, NUM_PROMPT_TOKENS + 1))
+    runner.manager.prepare_store.side_effect = lambda keys, req_context: (
+        generate_store_output(keys)
+    )
+    runner.new_request(token_ids=token_ids)
+    runner.run(decoded_tokens=[EOS_TOKEN_ID], expected_stored=(0, 1))
+    runner.scheduler.reset_prefix_cache()
 
-    def recorded(request: Request, *args: Any, **kwargs: Any) -> Any:
-        answer = lookup(request, *args, **kwargs)
-        hits.append(answer[0])
-        return answer
+    matched: list[tuple[int | None, bool]] = []
+    get_num_new_matched_tokens = runner.connector_scheduler.get_num_new_matched_tokens
 
-    connector.get_num_new_matched_tokens = recorded
-    scheduler.add_request(req)
-    scheduler.schedule()
-    assert len(hits) == 1, hits
-    hit: int = hits[0]
-    return hit
+    def record_matched(*args, **kwargs):
+        result = get_num_new_matched_tokens(*args, **kwargs)
+        matched.append(result)
+        return result
 
-
-def test_load_cap_keeps_the_chunk() -> None:
-    # a hit of 32 keeps every rule; 0.33.0 as released answers 16
-    hit = run(32)
-    assert hit == 32, f"max_load_tokens 32 below the prompt end: hit {hit}, 32 is valid"
-
-
-def test_without_a_cap_below_the_prompt_the_hit_is_32() -> None:
-    assert run(None) == 32
-    assert run(33) == 32
-
-
-if __name__ == "__main__":
-    json.dump({str(cap): run(cap) for cap in (None, 33, 32)}, sys.stdout, sort_keys=True)
-    sys.stdout.write("\n")
+    runner.connector_scheduler.get_num_new_matched_tokens = record_matched
+    runner.manager.prepare_store.side_effect = lambda keys, req_context: (
+        generate_store_output([])
+    )
+    runner.manager.lookup.return_value = LookupResult.HIT
+    runner.new_request(
+        token_ids=token_ids, kv_transfer_params={"max_load_tokens": 2 * BLOCK_SIZE}
+    )
+    try:
+        runner.run(decoded_tokens=[EOS_TOKEN_ID], expected_loaded=(0, 1))
+    finally:
+        hit = matched[0][0] if matched else None
+        assert hit == 2 * BLOCK_SIZE, f"max_load_tokens=32: hit {hit}"

@@ -61,9 +61,17 @@ ROUND_RERUN = ("{indent}if self._mamba_align_size is not None:\n"
                "{indent}        lookup_groups = self._sliding_window_groups\n")
 
 
-# 003: the subtraction at :876, replaced by a minimum with the request's last token
-CAP_ANCHOR = "            max_hit_size_tokens -= 1\n"
-CAP_MIN = ("            max_hit_size_tokens = min(\n"
+# 003: the subtraction at :876 (and its comment, :873-875), replaced by a minimum with
+# the request's last token and a comment that says so
+CAP_ANCHOR = ("            # the last prompt token has to be recomputed to get the logprobs\n"
+              "            # for sliding window attention, we must reduce by 1 to make sure\n"
+              "            # we still have a hit after reduction\n"
+              "            max_hit_size_tokens -= 1\n")
+CAP_MIN = ("            # the last prompt token has to be recomputed to get the logprobs,\n"
+           "            # so the hit ends before it; a cap that already ends there keeps\n"
+           "            # its value (subtracting after the caps would lose a whole chunk\n"
+           "            # in the round-downs below)\n"
+           "            max_hit_size_tokens = min(\n"
            "                max_hit_size_tokens, req_status.req.num_tokens - 1\n"
            "            )\n")
 

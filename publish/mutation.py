@@ -1,8 +1,8 @@
-"""``python -m proofs --mutants``: which theorem, test or cross-check kills each mutant.
+"""``python -m publish --mutants``: which theorem, test or cross-check kills each mutant.
 
 For every mutant of ``proofs.mutants`` (applied to model and encoding together):
 
-- the theorem it must break (``Mutant.killer``), checked on ``vllm-0.24.0`` under the
+- the theorem it must break (``Mutant.killer``), checked on PR #44599's release under the
   theorem's preconditions: killed only by a COUNTEREXAMPLE that ``model/`` replays (a
   proof or an ``unknown`` is not a kill); termination, which no run violates, by a failed
   proof obligation;
@@ -18,6 +18,9 @@ first, stopping at the first kill (``--all-checks``: every check). A mutant is k
 when any of them kills it, and one with a ``killer`` must be killed by that theorem. The
 run ends with one verdict line; exit 0 only if every mutant is killed or proved
 equivalent.
+
+It lives beside the report builder, not in ``proofs/``, because its cross-check runs the
+simulator's GPU comparison (``sim.gpu.report``): ``proofs/`` imports no ``sim``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from pathlib import Path
 from types import FrameType
 
 from proofs.mutants import BY_NAME, ENV, MUTANTS, Mutant, applied, prove_equivalent
+from publish.names import PR_RELEASE
 
 ROOT = Path(__file__).resolve().parent.parent
 # the committed-docs staleness tests compare text, not behaviour: not a semantic kill
@@ -83,12 +87,12 @@ def by_theorem(m: Mutant, timeout_s: float) -> str:
     with applied(m.name):
         thm = THEOREMS[m.killer]
         if m.killer == "termination":  # no run violates it (it loops): its proof must fail
-            status, where = prove(thm, get_semantics("vllm-0.24.0"), thm.preconditions,
+            status, where = prove(thm, get_semantics(PR_RELEASE), thm.preconditions,
                                   int(timeout_s * 1000))
             verdict = ("COUNTEREXAMPLE to a proof obligation" if status == "FAILED"
                        else status)
             return f"{verdict} {m.killer} ({time.monotonic() - t0:.0f}s; {where})"
-        v = check(m.killer, "vllm-0.24.0", int(timeout_s * 1000))
+        v = check(m.killer, PR_RELEASE, int(timeout_s * 1000))
     return f"{v.status} {m.killer} ({v.seconds:.0f}s)"
 
 
@@ -175,7 +179,7 @@ def run(names: Sequence[str], timeout_s: float, jobs: int, all_checks: bool) -> 
     t0 = time.monotonic()
     work = [(n, timeout_s, all_checks) for n in names]
     kills: list[Kill] = []
-    print(f"{len(work)} mutants of the vllm-0.24.0 lookup (model and encoding together)",
+    print(f"{len(work)} mutants of the {PR_RELEASE} lookup (model and encoding together)",
           flush=True)
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(jobs, maxtasksperchild=1) as pool:  # a process per mutant

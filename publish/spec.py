@@ -1,18 +1,19 @@
 """The reviewers' reference spec (``docs/spec.md`` and its pages ``docs/spec/*.md``, each
 with an HTML twin), generated.
 
-    python -m proofs --report docs/     # runs the proofs, then writes the spec next to them
-    python -m proofs.spec docs/         # re-renders from the committed results (no Z3 run)
+    python -m publish --report docs/    # runs the proofs, then writes the spec next to them
+    python -m publish.spec docs/        # re-renders from the committed results (no Z3 run)
 
-The words live in Jinja2 Markdown templates (``proofs/templates/*.md.j2``; what vLLM
-enforces of each precondition in ``proofs/templates/preconditions.toml``); this module only
-gathers the facts they are filled from. ``CodeFacts`` is what the code states (the model's
-words and pictures for the worked examples, the committed GPU results) and ``Results`` is
-what running the tools produced (``report.json`` from the proofs, ``spec-facts.json`` with
-the seed-layout counterexample and the simulator's numbers): every verdict, scope and
-counterexample the spec shows is read from ``Results``. HTML comes from the Markdown by
-markdown-it-py. Nothing run-dependent reaches the spec, so the same inputs give the same
-bytes; ``tests/test_spec.py`` checks exactly that.
+The words live in Jinja2 Markdown templates (``publish/templates/*.md.j2``; what vLLM
+enforces of each precondition in ``publish/templates/preconditions.toml``); this module
+only gathers the facts they are filled from (the expensive ones: ``publish.facts``).
+``CodeFacts`` is what the code states (the model's words and pictures for the worked
+examples, the committed GPU results) and ``Results`` is what running the tools produced
+(``report.json`` from the proofs, ``spec-facts.json`` with the seed-layout counterexample
+and the simulator's numbers): every verdict, scope and counterexample the spec shows is
+read from ``Results``. HTML comes from the Markdown by markdown-it-py. Nothing
+run-dependent reaches the spec, so the same inputs give the same bytes;
+``tests/test_spec.py`` checks exactly that.
 """
 
 from __future__ import annotations
@@ -44,12 +45,21 @@ from model.proposed_assert import FIRES_IN, proposed_assertion_fires
 from model.scenario import parse_scenario
 from model.semantics import Semantics, get_semantics
 from proofs import abstract, theorems
-from proofs.report import Drawing, draw_all, picture_title
 from proofs.theorems import PRECONDITIONS, THEOREMS
+from publish.facts import FACTS, collect_facts
+from publish.names import (
+    BEFORE_PR,
+    BY_ROLE,
+    FINDING_001_FIX,
+    PR_RELEASE,
+    ROUND_NUM_HIT,
+    SIM_SEMANTICS,
+)
+from publish.report import Drawing, draw_all, picture_title
+from releases import by_version
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-FACTS = "spec-facts.json"
 SEED_FILE = "tests/scenarios/seed-boundary-32.json"
 GPU_RESULTS = "sim/gpu/results"
 REGRESSION_FILE = "docs/vllm/test_offloading_mamba_align.py"
@@ -61,26 +71,18 @@ PAGES = {"spec.md": "spec.md.j2", "spec/lookup.md": "lookup.md.j2",
          "spec/evidence.md": "evidence.md.j2", "spec/for-vllm.md": "for-vllm.md.j2",
          "spec/citations.md": "citations.md.j2"}
 IMG = "spec/img"
-# alt-cache-config-block-size is left out: with a correct cache_config.mamba_block_size
-# it is 0.24.0, and how stale a real value is, nobody knows
-SIM_SEMANTICS = ("vllm-0.23.0", "vllm-0.24.0", "alt-round-num-hit")
-SIM_REQUESTS = 5000
-SIM_KEYS = ("requests", "lookups", "cpu_hit_requests", "prompt_tokens", "cpu_hit_tokens",
-            "oracle_hit_tokens", "given_away_tokens", "above_oracle", "missing_loads",
-            "wrong_state", "corrupted", "corrupted_direct", "corrupted_inherited",
-            "corrupted_divergence")
-RERUN_LENGTHS = range(17, 81)
-# alt-round-num-hit's failure at vLLM-like sizes: GPU block 16, offloaded block 32, a GPU hit
+# ROUND_NUM_HIT's failure at vLLM-like sizes: GPU block 16, offloaded block 32, a GPU hit
 # of one GPU block (a whole GPU block, but not a whole offloaded block)
 ALT_SCALED: dict[str, Any] = {
-    "semantics": "alt-round-num-hit", "block_size_factor": 2, "prompt_tokens": 64,
+    "semantics": ROUND_NUM_HIT, "block_size_factor": 2, "prompt_tokens": 64,
     "num_computed_tokens": 16,
     "groups": [{"kind": "full_attention", "gpu_block_size": 16, "stored": "all"},
                {"kind": "mamba", "gpu_block_size": 16, "mamba_cache_mode": "align",
                 "stored": "all"}]}
-GPU_CASES = ("vllm-0.23.0-mamba-stock", "vllm-0.24.0-mamba-stock",
-             "vllm-0.24.0-mamba-fix-disabled", "vllm-0.23.0-hybrid-stock",
-             "vllm-0.24.0-hybrid-stock", "vllm-0.24.0-mamba-stock-all")
+# sim/gpu/results/<case>.json: the real engines of the releases before and with PR #44599
+GPU_CASES = (f"{BEFORE_PR}-mamba-stock", f"{PR_RELEASE}-mamba-stock",
+             f"{PR_RELEASE}-mamba-fix-disabled", f"{BEFORE_PR}-hybrid-stock",
+             f"{PR_RELEASE}-hybrid-stock", f"{PR_RELEASE}-mamba-stock-all")
 GPU_LENGTHS = (31, 32, 33, 47, 48, 49, 64, 65)
 # a counterexample file may carry the larger valid hit of a maximality counterexample
 LARGER_FIELDS = ("valid_hit", "larger_valid_hit", "larger_hit")
@@ -131,7 +133,7 @@ class CodeFacts:
 
     anchors: dict[str, str]  # name -> link (from docs/spec/) to the model/proofs source line
     seed: dict[str, Any]  # the seed's scenario file (one Mamba align group, block 16)
-    examples: dict[str, Example]  # "seed@vllm-0.23.0", ... and every counterexample
+    examples: dict[str, Example]  # "seed@<release>", ... and every counterexample
     gpu: dict[str, dict[int, tuple[int | None, bool]]]  # case -> length -> (hit, same output)
 
 
@@ -221,16 +223,16 @@ def fixed_semantics(scenario: dict[str, Any]) -> str:
     """The semantics a counterexample is shown beside: PR #44599's release for the older
     ones, finding 001's completed fix for vLLM 0.33.0's."""
     if get_semantics(scenario["semantics"]).chunked:
-        return "alt-v033-reround-mamba-rerun"
-    return "vllm-0.24.0"
+        return FINDING_001_FIX
+    return PR_RELEASE
 
 
 def gather_code_facts(results: Results, root: Path = ROOT) -> CodeFacts:
     seed = json.loads((root / SEED_FILE).read_text())
     examples: dict[str, Example] = {}
-    for version in ("0.23.0", "0.24.0"):
-        examples[f"seed@vllm-{version}"] = example(seed, f"vllm-{version}")
-    for name in ("alt-round-num-hit", "vllm-0.24.0"):
+    for name in (BEFORE_PR, PR_RELEASE):
+        examples[f"seed@{name}"] = example(seed, name)
+    for name in (ROUND_NUM_HIT, PR_RELEASE):
         examples[f"scaled@{name}"] = example(ALT_SCALED, name)
     scenarios = [c["scenario"] for c in _counterexamples(results)]
     scenarios += [results.facts[k] for k in ("seed_counterexample",
@@ -251,94 +253,6 @@ def load_results(directory: Path) -> Results:
     facts_path = directory / FACTS
     facts = json.loads(facts_path.read_text()) if facts_path.exists() else {}
     return Results(tuple(report["results"]), facts)
-
-
-# --- the expensive facts: one Z3 search and the simulator (spec-facts.json) --------------
-
-
-# the facts' parts, each computable on its own (in any process: the Z3 searches and the
-# simulator are deterministic), with its CPU seconds for the run's scheduler: each part
-# alone in a fresh process (``python bench/bench_facts.py --parts all --fresh``, means over
-# 2 reps on the shared 2-core machine, bench/results/facts.txt); a part that follows
-# another simulator part in the same process costs less (shared recurrence caches)
-FACT_PARTS: dict[str, float] = {
-    "seed_counterexample": 0.2, "alt_round_num_hit_counterexample": 0.25,
-    "sim:chat:vllm-0.23.0": 0.6, "sim:chat:vllm-0.24.0": 0.55,
-    "sim:chat:alt-round-num-hit": 0.55, "sim:chat-hybrid:vllm-0.23.0": 1.3,
-    "sim:chat-hybrid:vllm-0.24.0": 2.1, "sim:chat-hybrid:alt-round-num-hit": 2.1,
-    "rerun": 0.12}
-SIM_LABELS = {"chat": 0, "chat-hybrid": 1}  # label -> attention groups
-# a fact that is the same computation as a pair's counterexample search (the same theorem,
-# semantics and assumptions: ``proofs.check.counterexample`` adds RUNTIME to the
-# preconditions either way): the run takes it from that pair's verdict, in this run only
-PAIR_FACTS = {"alt_round_num_hit_counterexample": ("no-partial-state", "alt-round-num-hit")}
-
-
-def facts_from_pairs(rows: Sequence[Any]) -> dict[str, Any]:
-    """The parts of ``PAIR_FACTS`` that this run's rows (``proofs.report.Row``) already
-    found (a pair without a counterexample leaves its fact to ``collect_facts``)."""
-    out = {}
-    for name, (thm, sem) in PAIR_FACTS.items():
-        v = next((r.verdict for r in rows if (r.theorem, r.semantics) == (thm, sem)), None)
-        if v is not None and v.status == "COUNTEREXAMPLE" and v.counterexample:
-            out[name] = v.counterexample
-    return out
-
-
-def fact_part(name: str) -> Any:
-    """One part of the spec's facts (``FACT_PARTS``)."""
-    from proofs.check import counterexample
-
-    thm = THEOREMS["no-partial-state"]
-    if name == "seed_counterexample":
-        v = counterexample(thm, get_semantics("vllm-0.23.0"), thm.preconditions, 120_000,
-                           sizes=[((16, 16, 16), 1)])
-        return v.counterexample if v.status == "COUNTEREXAMPLE" else None
-    if name == "alt_round_num_hit_counterexample":
-        # the review alternative on requests a real engine produces (GPU hit whole GPU
-        # blocks): the pair's search (PAIR_FACTS)
-        alt = counterexample(thm, get_semantics(PAIR_FACTS[name][1]),
-                             thm.pre(PAIR_FACTS[name][1]) + theorems.RUNTIME, 120_000)
-        return alt.counterexample if alt.status == "COUNTEREXAMPLE" else None
-    from sim.config import EngineConfig
-
-    if name == "rerun":
-        from sim.rerun import rerun_one
-
-        rerun = {}
-        for sem in ("vllm-0.23.0", "vllm-0.24.0"):
-            rows = [rerun_one(n, sem, EngineConfig()) for n in RERUN_LENGTHS]
-            rerun[sem] = [[r.length, r.hit_tokens, r.corrupted] for r in rows]
-        return rerun
-    from sim.runner import RunSpec, run_one
-
-    _, label, sem = name.split(":")
-    spec = RunSpec("chat", SIM_REQUESTS, 0, SIM_SEMANTICS,
-                   EngineConfig(attention_groups=SIM_LABELS[label]))
-    s = run_one(spec, sem)  # the trace depends only on (workload, requests, seed)
-    return ({k: getattr(s, k) for k in SIM_KEYS}
-            | {"no_partial_state": s.violations["no-partial-state"]})
-
-
-def collect_facts(parts: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run what the spec quotes besides the proofs (about ten seconds of CPU): every part of
-    ``FACT_PARTS`` not already in ``parts`` (computed elsewhere, e.g. in the proofs' process
-    pool while the pairs run)."""
-    from sim.config import EngineConfig
-
-    got = {name: (parts[name] if parts is not None and name in parts else fact_part(name))
-           for name in FACT_PARTS}
-    sim: dict[str, Any] = {}
-    for label, attention in SIM_LABELS.items():
-        sim[label] = {
-            "workload": "chat", "requests": SIM_REQUESTS, "seed": 0,
-            "attention_groups": attention,
-            "block_size": EngineConfig(attention_groups=attention).block_size,
-            "semantics": {sem: got[f"sim:{label}:{sem}"] for sem in SIM_SEMANTICS},
-        }
-    return {"seed_counterexample": got["seed_counterexample"],
-            "alt_round_num_hit_counterexample": got["alt_round_num_hit_counterexample"],
-            "sim": sim, "rerun": got["rerun"]}
 
 
 # --- what the templates are filled with -------------------------------------------------
@@ -391,7 +305,7 @@ def cite(shown: Sequence[str], key: str) -> str:
 def shown_releases(results: Results) -> tuple[str, ...]:
     """The releases the spec's text is about: those with proof results (else all)."""
     with_rows = {r["semantics"] for r in results.rows}
-    return tuple(v for v in releases() if f"vllm-{v}" in with_rows) or releases()
+    return tuple(v for v in releases() if by_version(v).name in with_rows) or releases()
 
 
 def _cell(expected: str | None, status: str | None, matches: bool,
@@ -434,13 +348,13 @@ def matrix(results: Results) -> list[dict[str, Any]]:
 
 def proved_release(results: Results) -> str:
     """The newest release semantics that has results (its preconditions are the table's)."""
-    return f"vllm-{shown_releases(results)[-1]}"
+    return by_version(shown_releases(results)[-1]).name
 
 
 def guarantee_releases(results: Results) -> tuple[str, ...]:
     """The releases whose preconditions the first screen lists: the newest with results
     and vLLM 0.24.0 (PR #44599's release), newest first."""
-    return tuple(dict.fromkeys((proved_release(results), "vllm-0.24.0")))
+    return tuple(dict.fromkeys((proved_release(results), PR_RELEASE)))
 
 
 def _guarantee_rows(results: Results) -> dict[str, dict[str, Any]]:
@@ -460,7 +374,7 @@ def _guarantee_rows(results: Results) -> dict[str, dict[str, Any]]:
                                            "scope": bool(p.get("scope")), "assumed_by": []})
             e["assumed_by"].append({
                 "theorem": r["theorem"], "necessary": p.get("necessary"),
-                "release": r["semantics"].removeprefix("vllm-"),
+                "release": get_semantics(r["semantics"]).base_version,
                 "counterexample": _anchor_of(results, r["theorem"], r["semantics"],
                                              f"--without-{p['name']}")})
     return out
@@ -507,7 +421,7 @@ def scope(results: Results) -> dict[str, Any]:
             if w not in words:
                 words.append(w)
     # rows with a verdict over every layout the release's start-up checks accept come
-    # from proofs that cover any layout (proofs/report.py); before that, the template
+    # from proofs that cover any layout (proofs/results.py); before that, the template
     any_layout = any("over_accepted_layouts" in r for r in results.rows)
     names = {"full_attention": "full attention", "sliding_window": "sliding window",
              "mamba": "Mamba"}
@@ -568,6 +482,7 @@ def context(code: CodeFacts, results: Results, env: jinja2.Environment) -> dict[
     alt = results.facts.get("alt_round_num_hit_counterexample")
     return {
         "code": code, "results": results, "releases": shown_releases(results),
+        "names": BY_ROLE,
         "all_releases": releases(),
         "newest": proved_release(results), "semantics": columns(), "theorems": THEOREMS,
         "guarantee_releases": guarantee_releases(results),
@@ -576,14 +491,14 @@ def context(code: CodeFacts, results: Results, env: jinja2.Environment) -> dict[
         "findings": findings(),
         "seed": seed, "T": seed["prompt_tokens"],
         "B": seed["groups"][0]["gpu_block_size"] * seed["block_size_factor"],
-        "old": code.examples["seed@vllm-0.23.0"], "new": code.examples["seed@vllm-0.24.0"],
+        "old": code.examples[f"seed@{BEFORE_PR}"], "new": code.examples[f"seed@{PR_RELEASE}"],
         "seed_file": SEED_FILE, "counterexamples": cexs,
         "seed_cex": seed_cex and {"scenario": seed_cex,
                                   "example": code.examples[_key(seed_cex)],
-                                  "fixed": code.examples[_key(seed_cex, "vllm-0.24.0")]},
+                                  "fixed": code.examples[_key(seed_cex, PR_RELEASE)]},
         "alt_cex": alt and {"scenario": alt, "example": code.examples[_key(alt)]},
-        "scaled": {"scenario": ALT_SCALED, "alt": code.examples["scaled@alt-round-num-hit"],
-                   "fixed": code.examples["scaled@vllm-0.24.0"]},
+        "scaled": {"scenario": ALT_SCALED, "alt": code.examples[f"scaled@{ROUND_NUM_HIT}"],
+                   "fixed": code.examples[f"scaled@{PR_RELEASE}"]},
         "sim": {label: run | {"rows": _sim_rows(run)}
                 for label, run in results.facts.get("sim", {}).items()},
         "sim_semantics": SIM_SEMANTICS, "rerun": rerun,
@@ -678,16 +593,16 @@ def pictures(results: Results) -> dict[str, tuple[dict[str, Any], str, str]]:
                                          picture_title(c["theorem"], c["semantics"], suffix))
     seed = results.facts.get("seed_counterexample")
     if seed:
-        for version in ("0.23.0", "0.24.0"):
-            out[f"{IMG}/seed-vllm-{version}.png"] = (
-                seed, f"vllm-{version}",
-                f"{seed['prompt_tokens']}-token prompt, block 16, on vLLM {version}")
-    out[f"{IMG}/alt-round-num-hit-scaled.png"] = (ALT_SCALED, "alt-round-num-hit",
-                                                  "alt-round-num-hit at vLLM-like sizes")
+        for name in (BEFORE_PR, PR_RELEASE):
+            version = get_semantics(name).base_version
+            out[f"{IMG}/seed-{name}.png"] = (
+                seed, name, f"{seed['prompt_tokens']}-token prompt, block 16, on vLLM {version}")
+    out[f"{IMG}/{ROUND_NUM_HIT}-scaled.png"] = (ALT_SCALED, ROUND_NUM_HIT,
+                                                f"{ROUND_NUM_HIT} at vLLM-like sizes")
     alt = results.facts.get("alt_round_num_hit_counterexample")
     if alt:
-        out[f"{IMG}/alt-round-num-hit.png"] = (alt, "alt-round-num-hit",
-                                               "alt-round-num-hit, GPU hit whole GPU blocks")
+        out[f"{IMG}/{ROUND_NUM_HIT}.png"] = (alt, ROUND_NUM_HIT,
+                                             f"{ROUND_NUM_HIT}, GPU hit whole GPU blocks")
     return out
 
 
@@ -708,7 +623,7 @@ def drawings(directory: Path, drawn: dict[str, tuple[dict[str, Any], str, str]]
 
 def row_drawings(directory: Path, rows: Sequence[dict[str, Any]]) -> list[Drawing]:
     """The pictures the spec will show of these rows of report.json (and those that need
-    no result), before the run has every row (``proofs.report.EarlyPictures``)."""
+    no result), before the run has every row (``publish.report.EarlyPictures``)."""
     results = Results(tuple(rows))
     (directory / IMG).mkdir(parents=True, exist_ok=True)
     return drawings(directory, pictures(results))
@@ -745,16 +660,16 @@ def write_spec(directory: Path, facts: dict[str, Any] | None = None, jobs: int =
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m proofs.spec DIR [--facts]``: re-render DIR/spec.md from DIR/report.json."""
+    """``python -m publish.spec DIR [--facts]``: re-render DIR/spec.md from DIR/report.json."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m proofs.spec", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m publish.spec", description=main.__doc__)
     p.add_argument("directory", type=Path)
     p.add_argument("--facts", action="store_true",
                    help="also re-run the seed-layout search and the simulator")
     a = p.parse_args(argv)
     if not (a.directory / "report.json").exists():
-        print(f"{a.directory}/report.json: missing (run python -m proofs --report "
+        print(f"{a.directory}/report.json: missing (run python -m publish --report "
               f"{a.directory})", file=sys.stderr)
         return 2
     written = write_spec(a.directory, collect_facts() if a.facts else None)

@@ -1,0 +1,106 @@
+"""The file:line citations of the upstream issue texts (``docs/findings/001-issue.md``,
+``003-issue.md``) and of the statements issue 26 corrected in the findings, checked against
+vLLM 0.33.0's installed source (the 0.33.0 environment of ``python -m sim.crosscheck.envs``).
+
+Each row: a cited range and a piece of code that must lie inside it.  A range that drifts
+(or a text that cites a range this table does not hold) fails.  Without the environment the
+check skips, as ``tests/test_citations.py`` does.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sim.crosscheck.envs import release_package
+
+ROOT = Path(__file__).resolve().parents[1]
+OFF = "distributed/kv_transfer/kv_connector/v1/offloading/"
+# (file under vllm/, first line, last line, code inside the range)
+CITED = [
+    # issue 26 proposed 137-154; the function's return is line 155
+    (OFF + "scheduler.py", 137, 155, "def resolve_mamba_align_size("),
+    (OFF + "scheduler.py", 137, 155, "return mamba_align_size"),
+    (OFF + "scheduler.py", 384, 387, 'params.get("max_load_tokens")'),
+    (OFF + "scheduler.py", 863, 866, "num_computed_tokens + max_num_new_tokens"),
+    (OFF + "scheduler.py", 867, 871, "num_computed_tokens + req_status.max_load_tokens"),
+    (OFF + "scheduler.py", 872, 876, "max_hit_size_tokens -= 1"),
+    (OFF + "scheduler.py", 872, 881, "max_hit_size_tokens, self._mamba_align_size"),
+    (OFF + "scheduler.py", 877, 881, "max_hit_size_tokens, self._mamba_align_size"),
+    (OFF + "scheduler.py", 913, 916, "len(offload_keys) * tokens_per_chunk"),
+    (OFF + "scheduler.py", 917, 920, "if req_status.max_load_tokens is not None:"),
+    (OFF + "scheduler.py", 917, 920, "max_hit_size_tokens, tokens_per_chunk"),
+    (OFF + "scheduler.py", 942, 942, "num_chunks = min(cdiv(query_max, tokens_per_chunk)"),
+    (OFF + "scheduler.py", 988, 991, "tokens_per_chunk * (start_chunk_idx + num_hit_chunks)"),
+    (OFF + "scheduler.py", 1423, 1446,
+     "num_chunks = cdiv(num_cached_tokens, tokens_per_chunk)"),
+    (OFF + "scheduler.py", 1423, 1446, "req_status.load_key_ranges.extend("),
+    (OFF + "scheduler.py", 1087, 1087, "req_status.req.num_prompt_tokens - 1"),
+    (OFF + "scheduler.py", 1095, 1101, "local_tokens + req_status.max_load_tokens"),
+    (OFF + "config.py", 79, 81, "isinstance(kv_cache_spec, MambaSpec)"),
+    (OFF + "config.py", 79, 81, "return 1"),
+    (OFF + "config.py", 113, 119, "tokens_per_block % tokens_per_hash == 0"),
+    ("model_executor/layers/attention/attention.py", 266, 271,
+     "sliding_window = cache_config.sliding_window"),
+    ("model_executor/layers/attention/attention.py", 101, 130,
+     "def _largest_kernel_block_within("),
+    ("model_executor/layers/attention/attention.py", 101, 130, "return max(fitting)"),
+    ("model_executor/layers/attention/attention.py", 624, 666,
+     "if self.sliding_window is not None:"),
+    ("model_executor/layers/attention/attention.py", 624, 666, "block_size=sw_block_size,"),
+    ("config/model.py", 1625, 1627, 'getattr(self.hf_text_config, "sliding_window", None)'),
+    ("engine/arg_utils.py", 2288, 2294, "sliding_window = model_config.get_sliding_window()"),
+    ("v1/attention/backends/flashinfer.py", 585, 603, "return [16, 32, 64]"),
+    ("v1/attention/backends/flashinfer.py", 589, 604, "is_device_capability_family(100)"),
+    ("v1/attention/backends/flashinfer.py", 604, 604,
+     "return [16, 32, 64, 128, 256, 512, 1024]"),
+    ("platforms/cuda.py", 160, 168, "device_capability.major == 10"),
+    ("platforms/cuda.py", 160, 168, "AttentionBackendEnum.FLASHINFER,"),
+    ("platforms/cuda.py", 169, 178, "AttentionBackendEnum.FLASH_ATTN,"),
+    ("v1/attention/backends/flash_attn.py", 357, 367, "return [MultipleOf(16)]"),
+    ("v1/attention/backends/flash_attn.py", 362, 366, "_get_fa4_hd256_block_size"),
+    ("v1/attention/backends/triton_attn.py", 339, 340, "return [MultipleOf(16)]"),
+    ("v1/core/kv_cache_utils.py", 816, 891, "math.gcd(*hashing_sizes)"),
+    ("platforms/interface.py", 1098, 1115,
+     "cache_config.mamba_block_size = cache_config.block_size"),
+    ("entrypoints/openai/completion/protocol.py", 248, 248, "kv_transfer_params"),
+    ("entrypoints/openai/completion/protocol.py", 401, 403, 'extra_args["kv_transfer_params"]'),
+]
+TEXTS = [ROOT / "docs" / "findings" / name for name in ("001-issue.md", "003-issue.md")]
+
+
+@pytest.fixture(scope="module")
+def vllm_033() -> Path:
+    pkg = release_package("0.33.0")
+    if pkg is None:
+        pytest.skip("no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0")
+    return pkg
+
+
+@pytest.mark.parametrize("path,first,last,code", CITED,
+                         ids=[f"{p.split('/')[-1]}:{a}-{b}" for p, a, b, _ in CITED])
+def test_cited_range_holds_the_code(vllm_033: Path, path: str, first: int, last: int,
+                                    code: str) -> None:
+    lines = (vllm_033 / path).read_text().splitlines()
+    assert any(code in line for line in lines[first - 1:last]), (
+        f"vllm/{path}:{first}-{last} does not hold {code!r}")
+
+
+def test_issue_texts_cite_only_checked_ranges() -> None:
+    """Every ``scheduler.py:A-B`` style citation of the issue texts (and each bare
+    ``:A-B`` after it, which refers to the last file named, with or without a line) is a
+    checked range."""
+    checked = {(p.split("/")[-1], a, b) for p, a, b, _ in CITED}
+    checked |= {(p.split("/")[-1], a, a) for p, a, _, _ in CITED}
+    cite = re.compile(r"`(?:[\w/]*/)?([\w]+\.py)?(?::(\d+)(?:-(\d+))?)?`")
+    for text in TEXTS:
+        current = None
+        for m in cite.finditer(text.read_text()):
+            current = m.group(1) or current
+            if m.group(2) is None:
+                continue
+            a, b = int(m.group(2)), int(m.group(3) or m.group(2))
+            assert current is not None, m.group(0)
+            assert (current, a, b) in checked, f"{text.name}: {m.group(0)} ({current})"
