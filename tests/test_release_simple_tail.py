@@ -10,6 +10,7 @@ environment); the scenario files are replayed by ``python -m sim.crosscheck --vl
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import releases
+from model.citations import cited_lines
 from model.cli import main as model_main
 from model.evaluate import evaluate
 from model.layout_chunked import resolve_layout
@@ -144,3 +146,12 @@ def test_without_eagle_the_answers_match() -> None:
                    for g in s.groups]})
     assert not _differs(plain)
     assert evaluate(plain, OLD.name).hit_tokens == 32
+
+
+def test_its_refusals_cite_its_own_lines() -> None:
+    """Every start-up step the chunked model cites has a 0.32.0 line (``_cite`` falls back
+    to 0.33.0's only where a release lacks the step)."""
+    src = (ROOT / "model" / "layout_chunked.py").read_text()
+    keys = set(re.findall(r'_cite\(version, "(\w+)"\)', src))
+    assert len(keys) >= 10
+    assert keys <= set(cited_lines(OLD.base_version)), keys - set(cited_lines(OLD.base_version))
