@@ -30,6 +30,15 @@ def _chunks_of(ends: frozenset[int], tokens_per_chunk: int) -> frozenset[int]:
                      if e % tokens_per_chunk == 0 and e >= tokens_per_chunk)
 
 
+def _union(first: frozenset[int], *more: frozenset[int]) -> frozenset[int]:
+    """``first | more...``, copying no set when the others are empty (the usual case)."""
+    out = first
+    for m in more:
+        if m:
+            out = out | m
+    return out
+
+
 def meets(items: Collection[int], lo: int, hi: int) -> bool:
     """Whether a member of ``items`` lies in [lo, hi) (work: the smaller of the two)."""
     if hi <= lo or not items:
@@ -54,14 +63,15 @@ class ChunkAnswers:
 
     @staticmethod
     def of(g: Group, tokens_per_chunk: int) -> ChunkAnswers:
-        retry = g.deferred | _chunks_of(g.deferred_tails, tokens_per_chunk)
-        pending = g.pending | _chunks_of(g.pending_tails, tokens_per_chunk)
+        retry = _union(g.deferred, _chunks_of(g.deferred_tails, tokens_per_chunk))
+        pending = _union(g.pending, _chunks_of(g.pending_tails, tokens_per_chunk))
         answered = ready = None
         if g.stored is not None:
-            answered = (g.stored | _chunks_of(g.stored_tails, tokens_per_chunk)
-                        | pending | retry)
+            answered = _union(g.stored, _chunks_of(g.stored_tails, tokens_per_chunk),
+                              pending, retry)
             ready = answered - retry if retry else answered
-        return ChunkAnswers(retry, pending, answered, ready, tuple(sorted(retry)))
+        return ChunkAnswers(retry, pending, answered, ready,
+                            tuple(sorted(retry)) if retry else ())
 
     def first_miss(self, lo: int, hi: int) -> int:
         """The first chunk in [lo, hi) answered MISS; ``hi`` if none."""
