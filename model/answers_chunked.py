@@ -63,6 +63,9 @@ class ChunkAnswers:
 
     @staticmethod
     def of(g: Group, tokens_per_chunk: int) -> ChunkAnswers:
+        if g.stored is None and not (g.deferred or g.pending or g.deferred_tails
+                                     or g.pending_tails):
+            return EVERY_HIT  # stored "all", nothing waits: the usual benchmark store
         retry = _union(g.deferred, _chunks_of(g.deferred_tails, tokens_per_chunk))
         pending = _union(g.pending, _chunks_of(g.pending_tails, tokens_per_chunk))
         answered = ready = None
@@ -91,3 +94,6 @@ class ChunkAnswers:
     def waits(self, lo: int, hi: int) -> bool:
         """Whether a chunk in [lo, hi) is answered RETRY or HIT_PENDING."""
         return meets(self.retry, lo, hi) or meets(self.pending, lo, hi)
+
+
+EVERY_HIT = ChunkAnswers(frozenset(), frozenset(), None, None, ())
