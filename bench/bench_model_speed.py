@@ -7,9 +7,10 @@ by default) the scenario is the cross-check's fixed benchmark (``sim/crosscheck/
 that prompt: ``stored: "all"``, and (shape ``list``) every block listed by index, which
 is the same store spelled out (the model then works from the set). One call is what the
 cross-check times (``sim.crosscheck.compare.timed_lookup``: the lookup alone, the layout
-resolved before); each tree runs in its own worker process (the base tree from
-``git archive``), and the rounds alternate base, this tree, real, so that the load on the
-machine falls on all three alike. Figures are the median call over all rounds.
+resolved before; wall time, as the cross-check's benchmark line); each tree runs in its
+own worker process (the base tree from ``git archive``), and the rounds alternate base,
+this tree, real, so that the load on the machine falls on all three alike. Figures are
+the median call over all rounds.
 
 The real scheduler runs where its environment is ready (``sim.crosscheck.envs.is_ready``
 under ``$CROSSCHECK_VENVS``): ``RealScheduler.bench``, a new request per call as the
@@ -44,12 +45,16 @@ SHAPES = ("all", "list")
 # Runs inside a worker: argv[1] is the tree; one JSON request per line on stdin, one JSON
 # answer (the per-call seconds) per line on stdout.
 WORKER = r"""
-import json, sys
+import inspect, json, sys, time
 sys.path.insert(0, sys.argv[1])
 from model.evaluate import evaluate
 from model.scenario import parse_scenario
 from sim.crosscheck.cli import BENCH
 from sim.crosscheck.compare import timed_lookup
+# wall time as the cross-check's fixed benchmark (a tree whose timed_lookup takes no
+# clock times wall time anyway)
+wall = ({"clock": time.perf_counter}
+        if "clock" in inspect.signature(timed_lookup).parameters else {})
 cache = {}
 for line in sys.stdin:
     req = json.loads(line)
@@ -63,7 +68,7 @@ for line in sys.stdin:
         out = evaluate(s, req["semantics"])
         cache[key] = (s, out.layout, out.hit_tokens)
     s, layout, hit = cache[key]
-    times = [timed_lookup(s, req["semantics"], layout) for _ in range(req["calls"])]
+    times = [timed_lookup(s, req["semantics"], layout, **wall) for _ in range(req["calls"])]
     print(json.dumps({"times": times, "hit": hit}), flush=True)
 """
 
