@@ -25,6 +25,7 @@ group (``make_offload_key``), for every hash position of the prompt.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import sys
@@ -285,6 +286,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     num_computed = case["num_computed_tokens"]
     # the lookup's CPU time (this thread's): time spent waiting for a core on a
     # loaded machine is not the lookup's; the model is timed alike (compare.py)
+    gc.disable()  # as timeit: no collection of other objects inside the timed call
     t0 = time.thread_time()
     try:
         hit, load_async = scheduler.get_num_new_matched_tokens(
@@ -292,6 +294,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     except AssertionError as e:
         out["lookup_error"] = err(e)
         hit, load_async = None, False
+    finally:
+        gc.enable()
     out["t_lookup"] = time.thread_time() - t0
     out["hit"] = hit
     out["async"] = bool(load_async)
