@@ -33,9 +33,11 @@ class RealScheduler:
     an alt semantics whose fix the harness applies (``mapping.REAL_FIXES``)."""
 
     def __init__(self, version: str, overlay: Path | None = None,
-                 semantics: str | None = None) -> None:
+                 semantics: str | None = None, harness: Path | None = None) -> None:
         """``overlay``: a directory from ``tree.build_overlay``, put first on the
-        harness's ``PYTHONPATH``; no bytecode is written (the release's env stays as is)."""
+        harness's ``PYTHONPATH``; no bytecode is written (the release's env stays as is).
+        ``harness``: another adapter speaking the same protocol (default: the
+        scheduler harness for ``version``), e.g. ``adapters/tier_manager.py``."""
         self.version = version
         self.semantics = semantics or semantics_for(version)
         self.fix = fix_for(version, self.semantics)
@@ -49,7 +51,7 @@ class RealScheduler:
         self._log: IO[str] = tempfile.NamedTemporaryFile(
             "w+", prefix=f"crosscheck-{version}-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
-            [str(python), str(harness_for(version))], cwd=ROOT, env=env, text=True,
+            [str(python), str(harness or harness_for(version))], cwd=ROOT, env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, bufsize=1,
         )
         info = self._call({"op": "info"})
