@@ -13,13 +13,15 @@ from sim.crosscheck.envs import ROOT, ensure_env
 from sim.crosscheck.mapping import fix_for, semantics_for
 
 HARNESS = Path(__file__).resolve().parent / "adapters" / "harness.py"
-# vLLM 0.33.0 reworked the scheduler's API (LookupResult, chunks, the spec's config)
+# the chunked scheduler's API (LookupResult, chunks, the spec's config): vLLM 0.33.0, and
+# 0.32.0 with one guarded change (docs/releases-adapter-drafts.diff); 0.26.0-0.31.0 need
+# the rest of those drafts (branch bisect)
 HARNESS_V033 = Path(__file__).resolve().parent / "adapters" / "harness_chunked.py"
 
 
 def harness_for(version: str) -> Path:
     major_minor = tuple(int(x) for x in version.split(".")[:2])
-    return HARNESS_V033 if major_minor >= (0, 33) else HARNESS
+    return HARNESS_V033 if major_minor >= (0, 32) else HARNESS
 
 
 class HarnessError(RuntimeError):
@@ -33,9 +35,11 @@ class RealScheduler:
     an alt semantics whose fix the harness applies (``mapping.REAL_FIXES``)."""
 
     def __init__(self, version: str, overlay: Path | None = None,
-                 semantics: str | None = None) -> None:
+                 semantics: str | None = None, harness: Path | None = None) -> None:
         """``overlay``: a directory from ``tree.build_overlay``, put first on the
-        harness's ``PYTHONPATH``; no bytecode is written (the release's env stays as is)."""
+        harness's ``PYTHONPATH``; no bytecode is written (the release's env stays as is).
+        ``harness``: another adapter speaking the same protocol (default: the
+        scheduler harness for ``version``), e.g. ``adapters/tier_manager.py``."""
         self.version = version
         self.semantics = semantics or semantics_for(version)
         self.fix = fix_for(version, self.semantics)
@@ -49,7 +53,7 @@ class RealScheduler:
         self._log: IO[str] = tempfile.NamedTemporaryFile(
             "w+", prefix=f"crosscheck-{version}-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
-            [str(python), str(harness_for(version))], cwd=ROOT, env=env, text=True,
+            [str(python), str(harness or harness_for(version))], cwd=ROOT, env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, bufsize=1,
         )
         info = self._call({"op": "info"})
