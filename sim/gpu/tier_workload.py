@@ -150,6 +150,9 @@ def run(model_dir: str, workload_path: str, out_path: str) -> int:
                                                  "blocks_per_chunk": 1}))
         result["layout"] = {**probe.layout(sliding=True),
                             "tier_capacity": probe.sched.manager._policy.cache_capacity}
+        store_log: list[dict[str, Any]] = []
+        result["store_log"] = store_log
+        log_stores = log_prepare_store(probe.sched.manager, store_log)
         greedy = dict(temperature=0.0, ignore_eos=True, detokenize=False)
 
         def gen(tokens: list[int], n: int = OUTPUT_TOKENS) -> list[int]:
@@ -168,6 +171,7 @@ def run(model_dir: str, workload_path: str, out_path: str) -> int:
                 cold[key] = gen(row["tokens"])
         print(f"{len(cold)} cold runs, {time.monotonic() - t0:.0f} s", flush=True)
         reset(connector=True)
+        log_stores[0] = True  # the workload pass only
         for i, row in enumerate(work["requests"]):
             reset()
             n_before = len(probe.hits)
@@ -197,6 +201,38 @@ def run(model_dir: str, workload_path: str, out_path: str) -> int:
         return 1
     probe_chunked.dump(result, out_path, t0)
     return 0
+
+
+def log_prepare_store(manager: Any, log: list[dict[str, Any]]) -> list[bool]:
+    """Wraps the CPU tier's ``prepare_store`` (cpu/manager.py:261) on ``manager``: each call
+    while the returned flag is set appends the request, the keys offered and what the tier
+    answered (None: refused; else the keys it will store and those it evicted), keys as
+    group:token they end at (from the offering request's context)."""
+    from vllm.v1.kv_offload.base import get_offload_group_idx
+
+    names: dict[Any, str] = {}
+    on = [False]
+    orig = manager.prepare_store
+
+    def name(key: Any) -> str:
+        return names.get(key, f"{get_offload_group_idx(key)}:?")
+
+    def logged(keys: Any, req_context: Any) -> Any:
+        keys = list(keys)
+        for k in keys:
+            names[k] = f"{get_offload_group_idx(k)}:{req_context.get_offload_key_position(k)}"
+        held = len(manager._policy.chunks)
+        out = orig(keys, req_context)
+        if on[0]:
+            log.append({"req": req_context.req_id, "offered": [name(k) for k in keys],
+                        "held_before": held,
+                        "answer": None if out is None else {
+                            "store": [name(k) for k in out.keys_to_store],
+                            "evicted": [name(k) for k in out.evicted_keys]}})
+        return out
+
+    manager.prepare_store = logged
+    return on
 
 
 def compare(predicted_path: str, real_path: str, json_out: str | None = None) -> int:
