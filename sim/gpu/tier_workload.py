@@ -1,5 +1,6 @@
-"""Issue 25 item 4 (prepared, not yet run on a device): a workload of >= 200 requests on
-finding 001's tiny NemotronH with a CPU tier sized to evict; the tier simulation
+"""Issue 25 item 4 (run on an H200, results in ``sim/gpu/results/tier-workload/``): a
+workload of >= 200 requests on finding 001's tiny NemotronH with a CPU tier sized to
+evict; the tier simulation
 (``sim.tier_sim``) predicts each request's hit, the state restored and whether the output
 can differ from cold; the real vLLM 0.33.0 engine's results are compared request by
 request (a confusion matrix).
