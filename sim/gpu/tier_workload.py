@@ -1,9 +1,8 @@
 """Issue 25 item 4 (run on an H200, results in ``sim/gpu/results/tier-workload/``): a
 workload of >= 200 requests on finding 001's tiny NemotronH with a CPU tier sized to
-evict; the tier simulation
-(``sim.tier_sim``) predicts each request's hit, the state restored and whether the output
-can differ from cold; the real vLLM 0.33.0 engine's results are compared request by
-request (a confusion matrix).
+evict; the tier simulation (``sim.tier_sim``) predicts each request's hit, the state
+restored and whether the output can differ from cold; the real vLLM 0.33.0 engine's
+results are compared request by request (a confusion matrix).
 
     # here (the project's Python): the workload and the predictions
     python sim/gpu/tier_workload.py predict --out P.json [--requests 240] [--seed 0]
