@@ -78,6 +78,9 @@ def test_the_prover_cli_prints_verdicts_writes_nothing_and_fails_on_a_mismatch(
     lines = capsys.readouterr().out.splitlines()
     assert code == 1 and lines[-1].startswith("FAIL: 0 of 1 results match")
     assert any(line.startswith("whole-blocks") for line in lines)
+    # stdout opens with what the run found about vLLM (issue 26); progress went to stderr
+    version = vllm_0_24_0.SEMANTICS.base_version
+    assert lines[0] == f"found: vLLM {version}: no verdict for whole-blocks"
     assert not list(tmp_path.iterdir())
 
 
