@@ -326,6 +326,12 @@ def ensure_light_env(version: str) -> Path:
     return python
 
 
+def light_package(version: str) -> Path:
+    """The ``vllm`` package of the release's light env (made if needed)."""
+    python = ensure_light_env(version)
+    return _site_packages(python.parent.parent) / "vllm"
+
+
 def tree_mb(path: Path) -> float:
     files = (p for p in path.rglob("*") if p.is_file() and not p.is_symlink())
     return sum(p.stat().st_size for p in files) / 1e6
