@@ -137,6 +137,16 @@ def test_bisect_maximality_and_errors(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "harness error: RuntimeError: env broken" in bisect.render(b)
 
 
+def test_rotation_covers_the_new_releases() -> None:
+    pool = bisect.new_releases()
+    assert pool == ("0.25.0", "0.26.0", "0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0",
+                    "0.32.0")
+    assert {bisect.rotating_release(d) for d in range(1, 367)} == set(pool)
+    assert bisect.parse_versions("rotate", day_of_year=3) == (pool[3],)
+    assert len(bisect.parse_versions("rotate")) == 1
+    assert bisect.parse_versions(None) == envs.ALL_RELEASES
+
+
 def test_update_doc_replaces_section(tmp_path: Path) -> None:
     doc = tmp_path / "f.md"
     doc.write_text("# title\n\ntext\n")
