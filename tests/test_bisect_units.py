@@ -14,7 +14,8 @@ from sim.crosscheck.cli import main, update_doc
 
 ROOT = Path(__file__).resolve().parent.parent
 F001 = ROOT / "tests/scenarios/vllm-0.33.0-breaks/attention-block-not-multiple-of-mamba-block.json"
-MAX = ROOT / "tests/scenarios/vllm-0.33.0-maximality/jamba-flash-attn-eagle-pops-a-stored-chunk.json"
+MAX = (ROOT / "tests/scenarios/vllm-0.33.0-maximality"
+       / "jamba-flash-attn-eagle-pops-a-stored-chunk.json")
 
 
 # ---- recipe hashing -------------------------------------------------------------------

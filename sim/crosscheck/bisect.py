@@ -297,8 +297,8 @@ def run_bisect(files: Sequence[str | Path], versions: Sequence[str] | None = Non
         if target is not None:
             try:
                 _, _, sha = envs.alias_evidence(v)
-            except ValueError as e:
-                sha = f"NOT IDENTICAL: {e}"
+            except ValueError as e:  # a differing source, or no wheel to read
+                sha = f"not shown: {e}"
             if target not in ran:
                 ran[target] = _run(runner, target, cases, seconds)
             for i, s in enumerate(scens):
@@ -356,8 +356,10 @@ def render(b: Bisect, *, command: str | None = None, root: Path | None = None) -
             c = b.cells[(i, v)]
             model = f"`{c.model}`" if c.model else "none: real scheduler only"
             if c.alias_of:
-                model = (f"= {c.alias_of} (`scheduler.py` sha256 {(c.alias_sha or '')[:16]} "
-                         "in both wheels)")
+                sha = c.alias_sha or ""
+                model = (f"= {c.alias_of} (`scheduler.py` sha256 {sha[:16]} in both wheels)"
+                         if not sha.startswith("not shown") else
+                         f"= {c.alias_of} (identity {_md(sha[:120])})")
             if c.error:
                 out.append(f"| {v} | {model} | ? | ? | - | ? | harness error: {_md(c.error)} |")
                 continue

@@ -225,7 +225,7 @@ def alias_evidence(version: str) -> tuple[str, str, str]:
     """(alias, target, sha256) for an alias whose scheduler source equals its target's;
     ValueError when the wheels differ (the alias would be wrong)."""
     target = ALIASES[version]
-    a, b = (scheduler_sha256(find_wheel(v)) for v in (version, target))
+    a, b = (scheduler_sha256(find_wheel(v, fetch=True)) for v in (version, target))
     if a != b:
         raise ValueError(f"vLLM {version} is declared an alias of {target}, but its "
                          f"{SCHEDULER_PATH} differs (sha256 {a[:16]} vs {b[:16]})")
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
                   else tuple(v.strip() for v in args.vllm.split(",")))
         for v in wanted:
             _say(f"vLLM {v}: {ensure_light_env(v)}")
-        for alias in ALIASES:
+        for alias in ALIASES if args.vllm == "all" else ():
             a, target, sha = alias_evidence(alias)
             _say(f"vLLM {a} = {target}: scheduler.py sha256 {sha[:16]} in both wheels "
                  "(not built)")
