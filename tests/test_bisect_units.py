@@ -116,6 +116,8 @@ def test_bisect_table_stubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert "refused" in row["0.32.0"]
     assert "**no-partial-state**" in row["0.28.0"] and "state at 4" in row["0.28.0"]
     assert "**no-partial-state**" in row["0.25.0"]  # block family: from the worker copies
+    assert ("Affected: breaks **no-partial-state** on 0.23.0 - 0.31.0, 0.33.0; layout "
+            "refused at start-up by 0.32.0.") in text
     assert bisect.affected(b, "no-partial-state")[0] == [
         v for v in envs.ALL_RELEASES if v != "0.32.0"]
 

@@ -350,6 +350,8 @@ def render(b: Bisect, *, command: str | None = None, root: Path | None = None) -
             out.append("")
         out.append(f"**`{shown}`** (written for `{s.semantics}`)")
         out.append("")
+        out.append(summary(b, i))
+        out.append("")
         out.append("| release | model | start-up | hit | loads | breaks | judged by |")
         out.append("|---|---|---|---|---|---|---|")
         for v in b.versions:
@@ -373,6 +375,44 @@ def render(b: Bisect, *, command: str | None = None, root: Path | None = None) -
             out.append(f"| {v} | {model} | {startup} | {hit} | {_md(c.loads)} | {breaks} "
                        f"| {_md(c.how)} |")
     return "\n".join(out)
+
+
+def spans(versions: Sequence[str], of: Sequence[str]) -> str:
+    """``versions`` (a subset of ``of``, in its order) as runs: '0.23.0 - 0.27.1, 0.33.0'."""
+    if not versions:
+        return "none"
+    chosen = set(versions)
+    runs: list[list[str]] = []
+    prev_in = False
+    for v in of:
+        if v in chosen:
+            if prev_in:
+                runs[-1].append(v)
+            else:
+                runs.append([v])
+        prev_in = v in chosen
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]} - {r[-1]}" for r in runs)
+
+
+def summary(b: Bisect, i: int) -> str:
+    """One line per scenario: which releases break what, which refuse the layout."""
+    cells = [b.cells[(i, v)] for v in b.versions]
+    parts = []
+    names = sorted({x for c in cells for x in (c.breaks or ())})
+    for name in names:
+        hit = [c.version for c in cells if name in (c.breaks or ())]
+        parts.append(f"breaks **{name}** on {spans(hit, b.versions)}")
+    clean = [c.version for c in cells if c.refused is None and c.error is None
+             and c.breaks == ()]
+    if clean:
+        parts.append(f"no invariant broken on {spans(clean, b.versions)}")
+    refused = [c.version for c in cells if c.refused is not None]
+    if refused:
+        parts.append(f"layout refused at start-up by {spans(refused, b.versions)}")
+    failed = [c.version for c in cells if c.error is not None]
+    if failed:
+        parts.append(f"harness error on {spans(failed, b.versions)}")
+    return "Affected: " + "; ".join(parts) + "."
 
 
 def affected(b: Bisect, invariant: str) -> dict[int, list[str]]:
