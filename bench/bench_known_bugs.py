@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                     ok &= d.ok
                     state = ("yes" if d.seen else "NO") if d.expect_broken else (
                         "clean (ok)" if not d.seen else "BROKEN")
-                    rows.append(f"| {b.name}: {d.label} | {patch} | {state} (real hit "
+                    shown = patch if d.label.startswith(f"vLLM {b.release} +") else "—"
+                    rows.append(f"| {b.name}: {d.label} | {shown} | {state} (real hit "
                                 f"{d.hit}, breaks {', '.join(d.broken) or 'nothing'}) | "
                                 f"{d.seconds:.1f} (light env, one scenario) | "
                                 f"`{b.scenario}` |")

@@ -164,6 +164,8 @@ def test_update_doc_replaces_section(tmp_path: Path) -> None:
     (["--bisect", "no/such.json"], "no such file"),
     (["--bisect", str(F001), "--releases", "0.22.0"], "unknown release"),
     (["--bisect", str(F001), "--update-doc", "no/such.md"], "no such file"),
+    (["--bisect", str(F001), "--section", "README.md"], "is not DOC=FILE"),
+    (["--bisect", str(F001), "--section", f"README.md={MAX}"], "not one of the --bisect"),
 ])
 def test_bisect_bad_input(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
                           ) -> None:
