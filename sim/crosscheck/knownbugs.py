@@ -183,8 +183,13 @@ def detect_on_real(bug: Bug, scratch: Path) -> list[RealDetection]:
     scen = ROOT / bug.scenario
     patch = bug.patch
     dest = scratch / f"{bug.name}-overlay"
-    shutil.copytree(envs.light_package(bug.release), dest / "vllm",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    try:
+        package = envs.light_package(bug.release)
+        if bug.stock:
+            envs.ensure_light_env(bug.stock)
+    except (RuntimeError, ValueError, OSError) as e:
+        raise BugError(f"{bug.name}: no environment: {str(e).splitlines()[0]}") from None
+    shutil.copytree(package, dest / "vllm", ignore=shutil.ignore_patterns("__pycache__"))
     apply_patch(patch, dest)
 
     def patched(version: str, cases: Any) -> list[dict[str, Any]]:
