@@ -91,8 +91,7 @@ def _evaluate_chunked(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
             layout_chunked.check_request(s, layout)
     except Refused as e:
         return Outcome(sem.name, str(e), None, (), ())
-    res, boundary = lookup_chunked.get_num_new_matched_tokens(
-        layout, s, sem.reround_mamba, sem.reround_rerun, sem.cap_min)
+    res, boundary = lookup_chunked.get_num_new_matched_tokens(layout, s, sem)
     plan = load_chunked.load_plan(layout, s, res.num_hit_tokens, boundary)
     violations = check_all(s, layout, res.num_hit_tokens, plan)
     if s.valid_hit is not None and res.num_hit_tokens is not None:

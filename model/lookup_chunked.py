@@ -17,6 +17,8 @@ from model.layout import cdiv, round_down
 from model.layout_chunked import ChunkLayout
 from model.lookup import LookupResult, Step
 from model.scenario import Group, Scenario
+from model.semantics import Semantics
+from releases.arith import INT
 
 HIT, HIT_PENDING, RETRY, MISS = "HIT", "HIT_PENDING", "RETRY", "MISS"
 
@@ -113,25 +115,22 @@ def _caps(s: Scenario) -> tuple[int | None, int | None]:
 
 
 def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
-                           st: _State, reround_mamba: bool = False,
-                           reround_rerun: bool = False, cap_min: bool = False
-                           ) -> tuple[int | None, str]:
+                           st: _State, sem: Semantics) -> tuple[int | None, str]:
     """scheduler.py:849: tokens beyond the GPU hit that whole chunks can give.
 
-    ``reround_mamba``: finding 001's fix (docs/findings/001-fix.diff, semantics
-    ``alt-v033-reround-mamba``): after each group's cut (:914, :988) the bound is rounded
-    down to the Mamba align size again, so a group whose chunk is not a multiple of the
-    Mamba chunk cannot leave it between two Mamba boundaries. ``reround_rerun`` (semantics
-    ``alt-v033-reround-mamba-rerun``): when that round-down cuts a sliding-window group's
-    confirmed window, the sliding-window groups are looked up again at the lowered bound.
-    ``cap_min``: finding 003's fix (docs/findings/003-fix.diff, semantics
-    ``alt-v033-cap-min``): the last-prompt-token rule (:876) takes the minimum with
-    ``num_tokens - 1`` instead of subtracting one after the caps."""
+    ``sem.steps``: the steps a fix overrides (``releases.steps``, run on integers; the
+    encodings run the same functions on Z3 terms): the last-prompt-token rule (:876;
+    finding 003's fix takes a minimum with ``num_tokens - 1``) and the bound after each
+    group's cut (:914, :988; finding 001's fix rounds it down to the Mamba align size
+    again). ``sem.reround_rerun`` (finding 001's completed fix): when that round-down
+    cuts a sliding-window group's confirmed window, the sliding-window groups are looked
+    up again at the lowered bound."""
+    align = layout.mamba_align_size
 
-    def reround(tokens: int) -> int:
-        if reround_mamba and layout.mamba_align_size is not None:
-            return round_down(tokens, layout.mamba_align_size)
-        return tokens
+    def after_cut(tokens: int) -> int:
+        # a layout without a Mamba align group never rounds (the unit 1 is not used)
+        bound: int = sem.steps.after_cut(INT, tokens, align is not None, align or 1, "")
+        return bound
 
     max_num_new_tokens, max_load_tokens = _caps(s)
     num_computed_tokens = s.num_computed_tokens
@@ -142,10 +141,8 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
     if max_load_tokens is not None:  # scheduler.py:867
         max_hit_size_tokens = min(max_hit_size_tokens, num_computed_tokens + max_load_tokens)
     if layout.sliding_window_groups:
-        if cap_min:  # the fix (0.33.0 subtracts): a cap below the prompt end stays
-            max_hit_size_tokens = min(max_hit_size_tokens, s.prompt_tokens - 1)
-        else:
-            max_hit_size_tokens -= 1  # scheduler.py:876: recompute the last prompt token
+        # scheduler.py:876: recompute the last prompt token (the step a fix changes)
+        max_hit_size_tokens = sem.steps.last_token(INT, max_hit_size_tokens, s.prompt_tokens)
         if layout.mamba_align_size is not None:  # scheduler.py:877: PR #44599's rounding
             max_hit_size_tokens = round_down(max_hit_size_tokens, layout.mamba_align_size)
     num_hit_tokens = 0
@@ -165,7 +162,7 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
             is_eagle_unverified = cfg.is_eagle_group and group_idx not in eagle_verified
             # scheduler.py:914: no further than this group's last keyed chunk
             max_hit_size_tokens = min(max_hit_size_tokens, num_keys[group_idx] * tpc)
-            max_hit_size_tokens = reround(max_hit_size_tokens)  # the fix (none in 0.33.0)
+            max_hit_size_tokens = after_cut(max_hit_size_tokens)  # the fix (none in 0.33.0)
             if max_load_tokens is not None:  # scheduler.py:917: a load cap chunk-aligns
                 max_hit_size_tokens = round_down(max_hit_size_tokens, tpc)
             if max_hit_size_tokens - num_computed_tokens < tpc:  # scheduler.py:921
@@ -210,8 +207,8 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
                 max_hit_size_tokens = min(  # scheduler.py:988
                     max_hit_size_tokens, tpc * (start_chunk_idx + num_hit_chunks))
                 confirmed = max_hit_size_tokens
-                max_hit_size_tokens = reround(max_hit_size_tokens)  # the fix (none in 0.33.0)
-                if (reround_rerun and window is not None and max_hit_size_tokens < confirmed
+                max_hit_size_tokens = after_cut(max_hit_size_tokens)  # the fix (none in 0.33.0)
+                if (sem.reround_rerun and window is not None and max_hit_size_tokens < confirmed
                         and not lookup_groups):
                     # the completed fix: this window was confirmed ending at `confirmed`,
                     # not at the lowered bound; look the sliding-window groups up again
@@ -270,13 +267,12 @@ def _lookup_partial_tail(layout: ChunkLayout, s: Scenario, mgr: _Manager, bounda
     return True, False
 
 
-def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
-           reround_rerun: bool = False, cap_min: bool = False
+def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
            ) -> tuple[LookupResult, int | None]:
     """``_lookup`` (scheduler.py:1068): complete chunks, then a partial tail past them.
 
     Returns the lookup result and the partial-tail boundary (None: none chosen).
-    ``reround_mamba``: finding 001's fix (``lookup_complete_chunks``)."""
+    ``sem``: the semantics whose steps it runs (``lookup_complete_chunks``)."""
     mgr = _Manager(s, layout)
     st = _State()
 
@@ -286,7 +282,7 @@ def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
         return LookupResult(hit, tuple(st.steps), segs, st.passes, reason), boundary
 
     complete_hit, reason = lookup_complete_chunks(  # scheduler.py:1073
-        layout, s, mgr, st, reround_mamba, reround_rerun, cap_min)
+        layout, s, mgr, st, sem)
     if complete_hit is None or not layout.supports_partial_tail:  # scheduler.py:1075
         return done(complete_hit, reason)
     max_num_new_tokens, max_load_tokens = _caps(s)
@@ -339,14 +335,12 @@ def lookup(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
     return done(complete_hit, reason)
 
 
-def get_num_new_matched_tokens(layout: ChunkLayout, s: Scenario, reround_mamba: bool = False,
-                               reround_rerun: bool = False, cap_min: bool = False
+def get_num_new_matched_tokens(layout: ChunkLayout, s: Scenario, sem: Semantics
                                ) -> tuple[LookupResult, int | None]:
-    """scheduler.py:1210: the connector's answer for a new request (``reround_mamba``:
-    finding 001's fix, semantics ``alt-v033-reround-mamba``; ``cap_min``: finding 003's,
-    ``alt-v033-cap-min``)."""
+    """scheduler.py:1210: the connector's answer for a new request under ``sem`` (vLLM
+    0.33.0 or a fix of it: ``lookup_complete_chunks``)."""
     if s.in_flight_transfers:  # scheduler.py:1247: in-flight transfers make it wait
         return LookupResult(None, (), (), 0, "the request has in-flight transfers"), None
     if s.skip_reading_prefix_cache:  # scheduler.py:1258
         return LookupResult(0, (), (), 0, "the request skips reading the prefix cache"), None
-    return lookup(layout, s, reround_mamba, reround_rerun, cap_min)
+    return lookup(layout, s, sem)

@@ -107,9 +107,9 @@ class LayoutTemplate:
             "groups": groups,
         }
         sem = releases.all_semantics().get(semantics)
-        if sem is not None and sem.kind == "release" and sem.chunked:
-            # a chunked release (0.33.0) names the offloaded block in GPU blocks
-            # (kv_connector_extra_config); its fixes take the else branch (issue 22 notes it)
+        if sem is not None and sem.chunked:
+            # the chunked lookup (0.33.0 and its fixes) names the offloaded block in GPU
+            # blocks (kv_connector_extra_config)
             out["block_size_factor"] = 1
             if bpc != 1:
                 out["blocks_per_chunk"] = bpc

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 import z3
 
 from model.semantics import Semantics
+from proofs.arith import BoundedArith
 
 FA, SW, MAMBA = "full_attention", "sliding_window", "mamba"
 HIT, HIT_PENDING, RETRY, MISS = 0, 1, 2, 3
@@ -171,6 +172,12 @@ class ChunkEnc:
     def times(self, k: z3.ArithRef, x: z3.ArithRef, hi: int) -> z3.ArithRef:
         """``k * x`` for ``0 <= k <= hi``."""
         return z3.Sum([z3.If(k >= q, x, 0) for q in range(1, hi + 1)])
+
+
+def arith(enc: ChunkEnc) -> BoundedArith:
+    """The steps' arithmetic (``releases.steps``) on this encoding: a round-down's
+    quotient at most the scope's chunk count plus one, as the turn's own round-downs."""
+    return BoundedArith(enc, enc.scope.chunks + 1)
 
 
 def zmin(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
@@ -411,15 +418,12 @@ def named(enc: ChunkEnc, st: ChunkState) -> ChunkState:
 def initial_state(enc: ChunkEnc, cfg: ChunkConfig, d: ChunkDerived, sem: Semantics) -> ChunkState:
     """max_hit_size_tokens before the loop (scheduler.py:862-881)."""
     nc = cfg.computed
-    # finding 003's fix takes the last-token rule (:876) as a minimum with prompt - 1:
-    # the same bound when started from prompt - 1 before the caps (no extra term)
-    last_first = d.windowed_any and sem.cap_min
-    m: z3.ArithRef = cfg.prompt - 1 if last_first else cfg.prompt  # scheduler.py:862
+    m: z3.ArithRef = cfg.prompt  # scheduler.py:862
     m = z3.If(cfg.has_new_cap, zmin(m, nc + cfg.new_cap), m)  # scheduler.py:863
     m = z3.If(cfg.has_load_cap, zmin(m, nc + cfg.load_cap), m)  # scheduler.py:867
     if d.windowed_any:
-        if not last_first:
-            m = m - 1  # scheduler.py:876: recompute the last prompt token
+        # scheduler.py:876: the last prompt token is recomputed (the step a fix changes)
+        m = sem.steps.last_token(arith(enc), m, cfg.prompt)
         m = z3.If(d.align_on, enc.round_down(m, d.align, enc.scope.chunks + 1), m)  # :877
     n = len(cfg.kinds)
     return ChunkState(enc.name(m, "max_hit"), z3.IntVal(0), z3.BoolVal(False),
@@ -436,14 +440,12 @@ def group_step(enc: ChunkEnc, cfg: ChunkConfig, d: ChunkDerived, sem: Semantics,
     nc = cfg.computed
     cap_tokens = enc.times(keys, tpc, N)
 
-    def reround(x: z3.ArithRef) -> z3.ArithRef:  # finding 001's fix (none in 0.33.0)
-        if not sem.reround_mamba:
-            return x
-        return z3.If(d.align_on, enc.round_down(x, d.align, N + 1), x)
+    def after_cut(x: z3.ArithRef, label: str) -> z3.ArithRef:  # finding 001's fix
+        return sem.steps.after_cut(arith(enc), x, d.align_on, d.align, f"{label}{g}")
 
     unverified = z3.And(cfg.eagle[g], z3.Not(st.verified[g]))
     m = zmin(st.m, cap_tokens)  # scheduler.py:914: no further than the last keyed chunk
-    m = reround(m)
+    m = after_cut(m, "rerounded_cap")  # the fix (none in 0.33.0)
     m = z3.If(cfg.has_load_cap, enc.round_down(m, tpc, N + 1), m)  # :917: chunk-aligns
     m = enc.name(m, "max_hit")
     too_short = m - nc < tpc  # scheduler.py:921
@@ -472,7 +474,7 @@ def group_step(enc: ChunkEnc, cfg: ChunkConfig, d: ChunkDerived, sem: Semantics,
     verified = list(st.verified)
     verified[g] = z3.Or(st.verified[g], z3.And(z3.Not(deferred), unverified))
     confirmed = zmin(m, enc.times(start + popped, tpc, N))  # scheduler.py:988
-    cut = reround(confirmed)
+    cut = after_cut(confirmed, "rerounded_cut")
     m2 = enc.name(z3.If(deferred, m, cut), "max_hit")
     nxt = st.next
     if sem.reround_rerun and window is not None:

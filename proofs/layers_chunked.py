@@ -52,6 +52,7 @@ from proofs.encoding import NEXT_NONE, Enc, State, fresh_state
 from proofs.lemmas_chunked import assumed as loop_assumes
 from proofs.lemmas_chunked import fact
 from proofs.witness import Witness
+from releases.base import ChunkSteps
 
 if TYPE_CHECKING:
     from proofs.check import Verdict
@@ -239,10 +240,11 @@ def lemma_turn(
     return _finish(x.enc, x.premises + helpers + ([z3.Not(claim)] if negated else []))
 
 
-def lemma_initial(assumed: Sequence[str], cap_min: bool = False) -> list[z3.BoolRef]:
+def lemma_initial(assumed: Sequence[str], steps: ChunkSteps = turn_chunked.STOCK
+                  ) -> list[z3.BoolRef]:
     """initial-aligned, on the exact initial max hit of an unknown layout."""
     x = _setup(assumed, (turn_chunked.FA,))
-    m0 = turn_chunked.initial_max_hit(x.enc, x.cfg, x.d, cap_min)
+    m0 = turn_chunked.initial_max_hit(x.enc, x.cfg, x.d, steps)
     claim = fact("initial-aligned", x.d.align_on, _ma(x.enc, x.d, m0, "m0_in_align"))
     return _finish(x.enc, x.premises + [z3.Not(claim)])
 
@@ -262,7 +264,7 @@ def whole_query(
     assumed: Sequence[str],
     kind: str,
     case: str | None = None,
-    cap_min: bool = False,
+    steps: ChunkSteps = turn_chunked.STOCK,
     negated: bool = True,
 ) -> list[z3.BoolRef]:
     """whole-blocks at the loop's end for a group of ``kind`` (a full-attention group:
@@ -274,7 +276,7 @@ def whole_query(
     enc, cfg, d = x.enc, x.cfg, x.d
     y = z3.Int("final_max_hit")
     nc = cfg.computed
-    facts = [y - nc >= 1, y <= turn_chunked.initial_max_hit(enc, cfg, d, cap_min)]
+    facts = [y - nc >= 1, y <= turn_chunked.initial_max_hit(enc, cfg, d, steps)]
     if kind != turn_chunked.FA:  # a windowed group: the summary's chunk bound at it
         facts.append(y - nc >= d.tpc[0])
     elif other == turn_chunked.FA:  # no windowed group: the last turn's group is group 1
@@ -296,7 +298,7 @@ def whole_query(
 
 
 def final_query(
-    thm: str, assumed: Sequence[str], kind: str, cap_min: bool = False
+    thm: str, assumed: Sequence[str], kind: str, steps: ChunkSteps = turn_chunked.STOCK
 ) -> list[z3.BoolRef]:
     """The property at the loop's end for a group of ``kind`` of an unknown layout, from
     ``proofs.abstract_chunked.summary`` read exactly: the loop ended neither stopped nor
@@ -307,7 +309,7 @@ def final_query(
     enc, cfg, d = x.enc, x.cfg, x.d
     y = z3.Int("final_max_hit")
     nc = cfg.computed
-    m0 = turn_chunked.initial_max_hit(enc, cfg, d, cap_min)
+    m0 = turn_chunked.initial_max_hit(enc, cfg, d, steps)
     facts = [y - nc >= 1, y <= m0]
     if _aligned(thm):
         facts.append(z3.Implies(d.align_on, y == d.align * z3.Int("final_in_align")))
@@ -339,7 +341,7 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
     out: list[Query] = list(ARITHMETIC) if stored else []
     for name in names:
         if name == "initial-aligned":
-            out.append((f"lemma {name}", partial(lemma_initial, assumed, sem.cap_min)))
+            out.append((f"lemma {name}", partial(lemma_initial, assumed, sem.steps)))
             continue
         for kind in (
             (turn_chunked.FA,) if name == "down" else turn_chunked.KINDS
@@ -354,7 +356,7 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
                 out.append(
                     (
                         f"property from the summary ({where})",
-                        partial(whole_query, assumed, kind, case, sem.cap_min),
+                        partial(whole_query, assumed, kind, case, sem.steps),
                     )
                 )
     elif thm != "termination":
@@ -369,7 +371,7 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
             out.append(
                 (
                     f"property from the summary ({kind})",
-                    partial(final_query, thm, assumed, kind, sem.cap_min),
+                    partial(final_query, thm, assumed, kind, sem.steps),
                 )
             )
     return out

@@ -286,7 +286,7 @@ def lemma_query(
     elif name == "valid-covers-chunk":
         claim = fact(name, c, cfg.computed, d.tpc[0])
     elif name == "valid-below-m0":
-        claim = fact(name, c, turn_chunked.initial_max_hit(enc, cfg, d, sem.cap_min))
+        claim = fact(name, c, turn_chunked.initial_max_hit(enc, cfg, d, sem.steps))
     else:
         raise ValueError(f"maximality lemma {name!r}: unknown")
     helpers = monotone_instances(enc, ends, d.tpc[0])

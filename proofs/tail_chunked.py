@@ -389,7 +389,7 @@ def complete_chunks(
             ends[:] = hit_ends_after(c, d, g, before, t, tuple(ends))
         return st
 
-    st = run_pass(turn_chunked.initial_state(enc, c, d, sem.cap_min), d.order)
+    st = run_pass(turn_chunked.initial_state(enc, c, d, sem.steps), d.order)
     for _ in range(passes - 1):
         done = turn_chunked.finished(st)
         saved = list(ends)

@@ -32,6 +32,7 @@ from functools import partial
 import z3
 
 from model.semantics import Semantics
+from proofs.arith import TurnArith
 from proofs.encoding import (
     NEXT_ALL,
     NEXT_NONE,
@@ -44,8 +45,10 @@ from proofs.encoding import (
     zmax,
     zmin,
 )
+from releases.base import ChunkSteps
 
 FA, SW, MAMBA = "full_attention", "sliding_window", "mamba"
+STOCK = ChunkSteps()  # vLLM 0.33.0's steps (a fix overrides some: releases.steps)
 KINDS = (FA, SW, MAMBA)
 
 @dataclass(frozen=True)
@@ -316,21 +319,21 @@ def load_window(enc: Enc, cfg: Cfg, d: D, g: int, num_tokens: z3.ArithRef
 # --- the convergence loop (scheduler.py:893) ---------------------------------------------
 
 
-def initial_max_hit(enc: Enc, cfg: Cfg, d: D, cap_min: bool = False) -> z3.ArithRef:
-    """max_hit_size_tokens before the loop (scheduler.py:862-881); ``cap_min``: finding
-    003's fix (semantics alt-v033-cap-min), the last-token rule as a minimum."""
+def initial_max_hit(enc: Enc, cfg: Cfg, d: D, steps: ChunkSteps = STOCK) -> z3.ArithRef:
+    """max_hit_size_tokens before the loop (scheduler.py:862-881); ``steps``: the
+    semantics' steps (``releases.steps``; the last-token rule is the one a fix changes)."""
     nc = cfg.computed
     m: z3.ArithRef = cfg.prompt  # scheduler.py:862
     m = z3.If(cfg.has_new_cap, zmin(m, nc + cfg.new_cap), m)  # scheduler.py:863
     m = z3.If(cfg.has_load_cap, zmin(m, nc + cfg.load_cap), m)  # scheduler.py:867
-    last = zmin(m, cfg.prompt - 1) if cap_min else m - 1  # scheduler.py:876
+    last = steps.last_token(TurnArith(enc), m, cfg.prompt)  # scheduler.py:876
     rounded = d.align * enc.floordiv(last, d.align, "initial_rounded")  # :877
     return z3.If(d.any_windowed, z3.If(d.align_on, rounded, last), m)
 
 
-def initial_state(enc: Enc, cfg: Cfg, d: D, cap_min: bool = False) -> State:
+def initial_state(enc: Enc, cfg: Cfg, d: D, steps: ChunkSteps = STOCK) -> State:
     n = len(cfg.kinds)
-    return State(initial_max_hit(enc, cfg, d, cap_min), z3.IntVal(0), z3.BoolVal(False),
+    return State(initial_max_hit(enc, cfg, d, steps), z3.IntVal(0), z3.BoolVal(False),
                  z3.BoolVal(False), tuple(z3.BoolVal(False) for _ in range(n)),
                  z3.IntVal(NEXT_NONE), z3.BoolVal(False))
 
@@ -358,14 +361,13 @@ def group_step(enc: Enc, cfg: Cfg, d: D, sem: Semantics, st: State, g: int
     tpc, keys, cap, window = d.tpc[g], d.keys[g], d.cap[g], d.win[g]
     nc = cfg.computed
 
-    def reround(x: z3.ArithRef, what: str) -> z3.ArithRef:  # finding 001's fix
-        if not sem.reround_mamba:
-            return x
-        return z3.If(d.align_on, d.align * enc.floordiv(x, d.align, f"{what}{g}"), x)
+    def after_cut(x: z3.ArithRef, what: str) -> z3.ArithRef:  # finding 001's fix
+        return sem.steps.after_cut(arith, x, d.align_on, d.align, f"{what}{g}")
 
+    arith = TurnArith(enc)
     unverified = z3.And(cfg.eagle[g], z3.Not(st.verified[g]))
     m = zmin(st.m, cap)  # scheduler.py:914: no further than the last keyed chunk
-    m = reround(m, "rerounded_cap")
+    m = after_cut(m, "rerounded_cap")  # the fix (none in 0.33.0)
     aligned = enc.floordiv(m, tpc, f"chunk_aligned{g}")
     m = z3.If(cfg.has_load_cap, tpc * aligned, m)  # scheduler.py:917: chunk-aligns
     too_short = m - nc < tpc  # scheduler.py:921
@@ -387,7 +389,7 @@ def group_step(enc: Enc, cfg: Cfg, d: D, sem: Semantics, st: State, g: int
     verified = list(st.verified)
     verified[g] = z3.Or(st.verified[g], z3.And(z3.Not(deferred), unverified))
     confirmed = zmin(m, tpc * (start + popped))  # scheduler.py:988
-    m2 = z3.If(deferred, m, reround(confirmed, "rerounded_cut"))
+    m2 = z3.If(deferred, m, after_cut(confirmed, "rerounded_cut"))
     nxt = st.next
     lowered: z3.BoolRef = z3.BoolVal(False)
     if sem.reround_rerun and window is not None:
@@ -433,7 +435,7 @@ def finished(st: State) -> z3.BoolRef:
 def run_loop(enc: Enc, cfg: Cfg, d: D, sem: Semantics, passes: int) -> State:
     """``passes`` passes of the loop composed of ``group_step`` (a finished loop stays
     as it is): for concrete runs (conformance, witnesses)."""
-    st = run_pass(enc, cfg, d, sem, initial_state(enc, cfg, d, sem.cap_min), d.order)
+    st = run_pass(enc, cfg, d, sem, initial_state(enc, cfg, d, sem.steps), d.order)
     for _ in range(passes - 1):
         every = run_pass(enc, cfg, d, sem, st, d.order)
         windowed = run_pass(enc, cfg, d, sem, st, d.windowed)

@@ -36,6 +36,7 @@ from mdit_py_plugins.anchors import anchors_plugin
 from mdit_py_plugins.anchors.index import slugify
 
 import model.semantics
+import releases as releases_registry
 from model import citations, invariants, load_plan, lookup, maximality
 from model.evaluate import evaluate
 from model.explain import explain, token_line
@@ -67,6 +68,7 @@ CI_WORKFLOW = "docs/ci/offload-lookup-check.yml"
 VLLM_TAG = "https://github.com/vllm-project/vllm/blob/v{version}/vllm/{path}#L{lines}"
 # page (relative to the docs directory) -> template
 PAGES = {"spec.md": "spec.md.j2", "spec/lookup.md": "lookup.md.j2",
+         "spec/releases.md": "releases.md.j2",
          "spec/counterexamples.md": "counterexamples.md.j2",
          "spec/evidence.md": "evidence.md.j2", "spec/for-vllm.md": "for-vllm.md.j2",
          "spec/citations.md": "citations.md.j2"}
@@ -346,6 +348,61 @@ def matrix(results: Results) -> list[dict[str, Any]]:
     return out
 
 
+def verdict(results: Results, theorem: str, semantics: str) -> dict[str, Any]:
+    """A reviewer's word for one theorem on one semantics: ``holds`` (proved for every
+    layout the release accepts), ``holds if`` (proved under the preconditions ``pre``; a
+    counterexample over every accepted layout at ``otherwise``), ``fails`` (a
+    counterexample at ``link``), ``no verdict`` or ``not run``."""
+    r = results.row(theorem, semantics)
+    out: dict[str, Any] = {"word": "not run", "pre": [], "link": None, "otherwise": None,
+                           "bounded": False}
+    if r is None:
+        return out
+    out["bounded"] = bool(r.get("scope")) and r.get("bounded", True)
+    pre = [p["name"] for p in r.get("preconditions", []) if not p.get("scope")]
+    acc = r.get("over_accepted_layouts") or {}
+    if r["status"] == "COUNTEREXAMPLE":
+        return out | {"word": "fails", "link": _anchor_of(results, theorem, semantics, "")}
+    if r["status"] != "PROVED":
+        return out | {"word": "no verdict"}
+    if not pre or acc.get("status") == "PROVED":
+        return out | {"word": "holds"}
+    return out | {"word": "holds if", "pre": pre,
+                  "otherwise": _anchor_of(results, theorem, semantics, "--accepted")}
+
+
+def fix_cost(fix: str) -> list[dict[str, Any]]:
+    """What a fix of finding 001 costs in hit tokens, per family of stores, as
+    ``bench/bench_fix001.py`` measured it (``bench/results/fix001.json``)."""
+    path = ROOT / "bench" / "results" / "fix001.json"
+    if not path.exists():
+        return []
+    families = json.loads(path.read_text())["families"]
+    return [{"family": f["family"], "scenarios": f["scenarios"],
+             "lost_percent": f["lost_percent"][fix]}
+            for f in families if fix in f["lost_percent"]]
+
+
+def newest_table(results: Results) -> dict[str, Any]:
+    """The first screen's table: the newest release with results and its fixes, each
+    theorem in a reviewer's words."""
+    newest = proved_release(results)
+    cols = [newest, *releases_registry.fixes(of=newest)]
+    rows = [{"theorem": t, "cells": [verdict(results, t, c) for c in cols]}
+            for t in dict.fromkeys([*THEOREMS, *(r["theorem"] for r in results.rows)])]
+    return {"columns": [{"name": c, "sem": get_semantics(c)} for c in cols], "rows": rows}
+
+
+def older_table(results: Results) -> dict[str, Any]:
+    """The same words for every other semantics with results (older releases and their
+    review alternatives)."""
+    shown = {c["name"] for c in newest_table(results)["columns"]}
+    cols = [c for c in columns() if c not in shown]
+    rows = [{"theorem": t, "cells": [verdict(results, t, c) for c in cols]}
+            for t in dict.fromkeys([*THEOREMS, *(r["theorem"] for r in results.rows)])]
+    return {"columns": [{"name": c, "sem": get_semantics(c)} for c in cols], "rows": rows}
+
+
 def proved_release(results: Results) -> str:
     """The newest release semantics that has results (its preconditions are the table's)."""
     return by_version(shown_releases(results)[-1]).name
@@ -487,6 +544,10 @@ def context(code: CodeFacts, results: Results, env: jinja2.Environment) -> dict[
         "newest": proved_release(results), "semantics": columns(), "theorems": THEOREMS,
         "guarantee_releases": guarantee_releases(results),
         "matrix": matrix(results), "preconditions": preconditions(results, env),
+        "answer": newest_table(results), "older": older_table(results),
+        "finding_fix": {f: releases_registry.fix_for(f, completed=True).name
+                        for f in ("001", "003")},
+        "fix_cost": fix_cost(releases_registry.fix_for("001", completed=True).name),
         "guarantee": _guarantee_rows(results), "scope": scope(results),
         "findings": findings(),
         "seed": seed, "T": seed["prompt_tokens"],

@@ -89,14 +89,9 @@ class Semantics:
 
     @property
     def reround_mamba(self) -> bool:
-        """Whether the bound is rounded to the Mamba align size again after each cut."""
+        """Whether the bound is rounded to the Mamba align size again after each cut (the
+        layered proof picks its loop lemmas by it: ``proofs.lemmas_chunked.assumed``)."""
         return self.steps.after_cut is not steps.keep_after_cut
-
-    @property
-    def cap_min(self) -> bool:
-        """Whether the last-token rule is finding 003's minimum (being replaced by the
-        step itself at every call site)."""
-        return self.steps.last_token is steps.last_token_min
 
     @property
     def version(self) -> str:

@@ -1,8 +1,10 @@
 """The lookup steps that releases and fixes override, each written once over ``Arith``.
 
 A release module names the step it uses (``releases.base.ChunkSteps``); ``model/`` runs it
-on integers, ``proofs/`` on Z3 terms. Lines are vLLM 0.33.0's
-``offloading/scheduler.py``.
+on integers (``releases.arith.INT``: ``model.lookup_chunked``), ``proofs/`` on Z3 terms
+(``proofs.arith``: the layered turn ``proofs.turn_chunked`` and the bounded encoding
+``proofs.encoding_chunked``), so editing a step here changes the model and both encodings.
+Lines are vLLM 0.33.0's ``offloading/scheduler.py``.
 """
 
 from __future__ import annotations

@@ -212,8 +212,10 @@ ENCODING_SABOTAGES = {
         "m = z3.If(cfg.has_load_cap, enc.round_down(m, tpc, N + 1), m)", ""),
     # scheduler.py:1000: a non-EAGLE group's tightening clears eagle_verified
     "eagle-verified-clear": ("verified = [z3.And(v, z3.Not(clear)) for v in verified]", ""),
-    # finding 003's fix (alt-v033-cap-min): the last-token rule as a minimum, not :876's -1
-    "cap-min": ("last_first = d.windowed_any and sem.cap_min", "last_first = False"),
+    # scheduler.py:876 as the semantics' step (releases/steps.py): the encoding must run
+    # it, not 0.33.0's -1 (the cap-min witness: finding 003's fix keeps the capped bound);
+    # tests/test_shared_steps.py sabotages the step itself
+    "cap-min": ("m = sem.steps.last_token(arith(enc), m, cfg.prompt)", "m = m - 1"),
     # scheduler.py:1129: a missing bridge chunk lowers max_boundary below the bridge
     "tail-bridge-miss": (
         'mb_q = enc.name(z3.If(missed, bridge_q - 1, mb_q), "max_boundary_q")', ""),

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+import releases
 from model.evaluate import evaluate
 from model.layout import Refused, resolve_layout
 from model.real_layouts import (
@@ -137,3 +138,17 @@ def test_scenario_files_one_per_accepted_row(tmp_path: Path) -> None:
     for f in files:
         s = load_scenario_file(f)
         assert evaluate(s).lookup is not None or evaluate(s).refused is not None
+
+
+def test_a_fix_takes_its_release_s_chunk_fields() -> None:
+    """A fix of the chunked release reads a real layout's scenario as the release does
+    (issue 22: the falcon-h1 bpc2 row gave a fix block_size_factor 2 and no chunk)."""
+    newest = releases.newest()
+    for t in load_templates():
+        if not t.accepted:
+            continue
+        stock = t.scenario_json(semantics=newest.name, prompt_tokens=64)
+        for fix in releases.fixes(of=newest.name):
+            d = t.scenario_json(semantics=fix, prompt_tokens=64)
+            assert (d["block_size_factor"], d.get("blocks_per_chunk")) == (
+                stock["block_size_factor"], stock.get("blocks_per_chunk")), (t.key, fix)

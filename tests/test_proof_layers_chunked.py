@@ -47,6 +47,7 @@ from proofs.layers_chunked import (
     witness,
 )
 from releases import fix_001_reround, fix_001_reround_rerun, fix_003_cap_min, vllm_0_33_0
+from releases.arith import INT
 from tests import gen_chunked as gen
 from tests.gen_chunked import SEMANTICS
 from tests.sabotage import sabotaged_copy
@@ -155,8 +156,8 @@ def test_model_runs_end_where_the_summary_says(name: str) -> None:
                 if cap is not None:
                     m0 = min(m0, s.num_computed_tokens + cap)
             if layout.sliding_window_groups:
-                cap_min = get_semantics(semantics).cap_min  # finding 003's fix: a minimum
-                m0 = min(m0, s.prompt_tokens - 1) if cap_min else m0 - 1
+                # scheduler.py:876, as the semantics takes it (finding 003's fix: a minimum)
+                m0 = get_semantics(semantics).steps.last_token(INT, m0, s.prompt_tokens)
                 if layout.mamba_align_size:
                     m0 = m0 // layout.mamba_align_size * layout.mamba_align_size
             assert y <= m0, (s, y)
@@ -579,8 +580,10 @@ SABOTAGES = {
     # scheduler.py:824: a HIT_PENDING chunk in the window that fires defers the lookup
     "hit-pending-defers": ("z3.Or(i < run_hi, z3.Not(st.stored(i)))",
                            "z3.Not(st.stored(i))"),
-    # finding 003's fix (alt-v033-cap-min): the last-token rule as a minimum, not :876's -1
-    "cap-min": ("last = zmin(m, cfg.prompt - 1) if cap_min else m - 1", "last = m - 1"),
+    # scheduler.py:876 as the semantics' step (releases/steps.py): the turn must run it,
+    # not 0.33.0's -1 (the cap-min witness: finding 003's fix keeps the capped bound);
+    # tests/test_shared_steps.py sabotages the step itself
+    "cap-min": ("last = steps.last_token(TurnArith(enc), m, cfg.prompt)", "last = m - 1"),
     # scheduler.py:968/:972: the first run needs the load window (a partial right edge)
     "initial-window": ("initial + more)  # scheduler.py:972", "window + more)"),
 }

@@ -25,15 +25,7 @@ NAME_SHAPE = re.compile(r"^(vllm-\d+\.\d+\.\d+|alt-[a-z0-9-]+)$")
 
 # Files being changed on other branches right now; swept when those land (remove an entry
 # as its file is swept: the test then covers it).
-BEING_REWORKED = "chunked family reworked on another branch (issue 22 step 2); swept after"
-EXCLUDED: dict[str, str] = {
-    "model/lookup_chunked.py": BEING_REWORKED,
-    "proofs/turn_chunked.py": BEING_REWORKED,
-    "proofs/encoding_chunked.py": BEING_REWORKED,
-    "proofs/layers_chunked.py": BEING_REWORKED,
-    "proofs/maximality_layers_chunked.py": BEING_REWORKED,
-    "proofs/tail_chunked.py": BEING_REWORKED,
-}
+EXCLUDED: dict[str, str] = {}
 EXCLUDED_PREFIXES: dict[str, str] = {
     "releases/": "the registry: each semantics' own module spells its name",
 }

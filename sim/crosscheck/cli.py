@@ -131,13 +131,30 @@ def v033_dims(s: Scenario, result: dict[str, Any]) -> list[str]:
     if any(g.stored is not None for g in s.groups):
         out.append("evicted keys")
     sem = get_semantics(s.semantics)
-    if sem.reround_mamba or sem.cap_min:
-        # a fix's alt semantics: where the fixed real scheduler differs from 0.33.0 itself
+    if sem.kind == "fix":
+        # a fix's semantics: where the fixed real scheduler differs from the release itself
         stock = evaluate(s, releases.by_version(sem.base_version).name)
         if stock.hit_tokens != result.get("hit"):
             out.append("hit changed by the fix")
         if any(v.invariant == "no-partial-state" for v in stock.violations):
             out.append("0.33.0 itself breaks no-partial-state")
+    return out
+
+
+def semantics_lines() -> list[str]:
+    """One line per registered semantics: name, vLLM release, what the real side runs (the
+    release, the release with a fix's diff applied, or nothing: checked by the model and
+    the proofs only)."""
+    out = []
+    for name in releases.names():
+        version = get_semantics(name).base_version
+        try:
+            fix = fix_for(version, name)
+            real = f"real {version}" + (f" with fix {fix}" if fix else "")
+        except ValueError:
+            real = "no real counterpart (model and proofs only)"
+        modelled = "" if version in VERSIONS else f" (no environment for {version})"
+        out.append(f"{name}\tvLLM {version}\t{real}{modelled}")
     return out
 
 
@@ -319,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="calls for the fixed benchmark (0 skips it)")
     ap.add_argument("--no-lookups", action="store_true",
                     help="do not compare the order of manager.lookup calls")
+    ap.add_argument("--list-semantics", action="store_true",
+                    help="list every registered semantics (releases/, OLC_SEMANTICS "
+                    "plugins too) with the vLLM release it is checked against and its "
+                    "real side, then exit")
     ap.add_argument("--semantics", default=None, metavar="NAME",
                     help="an alt semantics with a real counterpart, checked against the "
                     f"release with that fix applied ({_FIX.name}: vLLM {_FIX.base_version} "
@@ -350,6 +371,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="as --update-doc, with the tables of these --bisect files only "
                     "(repeatable: one run fills several docs)")
     args = ap.parse_args(argv)
+    if args.list_semantics:
+        for line in semantics_lines():
+            print(line)
+        return 0
     if args.bisect is not None:
         return bisect_cli(args, argv)
     if args.vllm_source is not None:

@@ -68,7 +68,7 @@ def timed_lookup(s: Scenario, semantics: str, layout: Any = None) -> float:
     if sem.chunked:
         lay = layout or layout_chunked.resolve_layout(s)
         t0 = time.perf_counter()
-        lookup_chunked.get_num_new_matched_tokens(lay, s)
+        lookup_chunked.get_num_new_matched_tokens(lay, s, sem)
         return time.perf_counter() - t0
     lay = layout or resolve_layout(s, sem)
     t0 = time.perf_counter()
