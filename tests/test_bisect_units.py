@@ -32,6 +32,17 @@ def test_base_recipe_keys_on_requirements(tmp_path: Path, monkeypatch: pytest.Mo
     assert envs.base_dir() != first  # a changed recipe is a new folder
 
 
+def test_given_base_is_its_own_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                      ) -> None:
+    monkeypatch.setenv("CROSSCHECK_VENVS", str(tmp_path))
+    built = envs.light_recipe("0.28.0", "aa" * 32)
+    monkeypatch.setenv(envs.BASE_ENV, str(tmp_path / "full-env"))
+    assert envs.base_dir() == (tmp_path / "full-env").resolve()
+    assert envs.light_recipe("0.28.0", "aa" * 32)["base"] != built["base"]
+    with pytest.raises(RuntimeError, match="not a usable base"):
+        envs.ensure_base()
+
+
 def test_light_recipe_keys_on_wheel_and_base(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CROSSCHECK_VENVS", str(tmp_path))

@@ -236,15 +236,28 @@ def _recipe_key(recipe: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
 
 
+# a ready venv to serve as the base instead of building one (CI: the newest release's full
+# env, a superset of the base's packages; the light env's own vllm comes first on sys.path)
+BASE_ENV = "CROSSCHECK_LIGHT_BASE"
+BASE_IMPORTS = ("torch", "networkx", "gguf", "fastapi", "partial_json_parser", "transformers")
+
+
+def given_base() -> Path | None:
+    given = os.environ.get(BASE_ENV)
+    return Path(given).resolve() if given else None
+
+
 def base_recipe() -> dict[str, str]:
     """What the shared base is made of (its folder name is this recipe's hash)."""
+    if given_base() is not None:
+        return {"base-venv": str(given_base())}
     reqs = "".join(p.read_text() for p in (BASE_REQUIREMENTS, REQUIREMENTS / "common.txt"))
     return {"torch": TORCH, "python": f"{sys.version_info.major}.{sys.version_info.minor}",
             "requirements-sha256": hashlib.sha256(reqs.encode()).hexdigest()}
 
 
 def base_dir() -> Path:
-    return venvs_dir() / f"base-{_recipe_key(base_recipe())}"
+    return given_base() or venvs_dir() / f"base-{_recipe_key(base_recipe())}"
 
 
 def light_recipe(version: str, wheel_sha256: str) -> dict[str, str]:
@@ -262,6 +275,16 @@ def ensure_base() -> Path:
     """Make (or reuse) the shared base venv; returns its python."""
     target = base_dir()
     python = target / "bin" / "python"
+    if given_base() is not None:
+        try:
+            check = subprocess.run([str(python), "-c", "import " + ", ".join(BASE_IMPORTS)],
+                                   capture_output=True, text=True)
+        except OSError as e:
+            raise RuntimeError(f"{BASE_ENV}={target}: not a usable base ({e})") from None
+        if check.returncode != 0:
+            last = (check.stderr.strip().splitlines() or ["no python"])[-1]
+            raise RuntimeError(f"{BASE_ENV}={target}: not a usable base ({last})")
+        return python
     stamp = target / LIGHT_STAMP
     if stamp.exists():
         return python
