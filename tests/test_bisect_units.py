@@ -148,6 +148,7 @@ def test_bisect_maximality_and_errors(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "maximality" in (b.cells[(0, "0.33.0")].breaks or ())
     assert "maximality" not in (b.cells[(0, "0.31.0")].breaks or ())
     assert b.cells[(0, "0.30.0")].error == "RuntimeError: env broken"
+    assert b.cells[(0, "0.31.0")].missing == ()
     assert "harness error: RuntimeError: env broken" in bisect.render(b)
 
 
@@ -159,6 +160,17 @@ def test_rotation_covers_the_new_releases() -> None:
     assert bisect.parse_versions("rotate", day_of_year=3) == (pool[3],)
     assert len(bisect.parse_versions("rotate")) == 1
     assert bisect.parse_versions(None) == envs.ALL_RELEASES
+
+
+def test_missing_fields_by_release() -> None:
+    from model.scenario import load_scenario_file
+
+    cap = load_scenario_file(ROOT / "tests/scenarios/vllm-0.33.0-maximality"
+                             / "mamba-load-cap-loses-a-chunk.json")
+    assert bisect.missing_fields(cap, "0.30.0") == ["max_load_tokens"]
+    assert bisect.missing_fields(cap, "0.31.0") == []
+    c = bisect.cell(cap, "0.28.0", {"refused": None, "hit": 32, "loads": None})
+    assert c.missing == ("max_load_tokens",) and c.how.startswith("max_load_tokens: not a")
 
 
 def test_update_doc_replaces_section(tmp_path: Path) -> None:

@@ -67,6 +67,30 @@ class Cell:
     breaks: tuple[str, ...] | None  # None: could not be judged
     how: str
     error: str | None = None  # the harness failed on this case
+    missing: tuple[str, ...] = ()  # scenario fields this release does not have
+
+
+# scenario fields a release before this one does not have (docs/releases.md, the field
+# table): the harness passes them on and that release ignores them (or, for pending,
+# answers as deferred), so its row is not the scenario the file describes
+FIELD_SINCE = {"pending": "0.25.0", "blocks_per_chunk": "0.26.0", "stored_tails": "0.28.0",
+               "pending_tails": "0.28.0", "deferred_tails": "0.28.0",
+               "max_num_new_tokens": "0.30.0", "max_load_tokens": "0.31.0"}
+
+
+def missing_fields(s: Scenario, version: str) -> list[str]:
+    """The scenario's fields that ``version`` does not have."""
+    used = {
+        "pending": any(g.pending for g in s.groups),
+        "blocks_per_chunk": s.blocks_per_chunk not in (None, 1),
+        "stored_tails": any(g.stored_tails for g in s.groups),
+        "pending_tails": any(g.pending_tails for g in s.groups),
+        "deferred_tails": any(g.deferred_tails for g in s.groups),
+        "max_num_new_tokens": s.max_num_new_tokens is not None,
+        "max_load_tokens": s.max_load_tokens is not None,
+    }
+    key = envs.version_key(version)
+    return [f for f, on in used.items() if on and key < envs.version_key(FIELD_SINCE[f])]
 
 
 def release_model(version: str) -> str | None:
@@ -201,8 +225,11 @@ def cell(s: Scenario, version: str, result: dict[str, Any]) -> Cell:
         return Cell(version, model, None, None, None, None, "-", None,
                     f"lookup assertion: {result['lookup_error'][:120]}")
     broken, how, plan = judge(s, version, result)
+    missing = missing_fields(s, version)
+    if missing:
+        how = f"{', '.join(missing)}: not a field of this release (ignored); " + how
     return Cell(version, model, None, None, None, hit, render_loads(version, result, plan),
-                broken, how)
+                broken, how, missing=tuple(missing))
 
 
 def light_runner(version: str, cases: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -412,6 +439,9 @@ def summary(b: Bisect, i: int) -> str:
     refused = [c.version for c in cells if c.refused is not None]
     if refused:
         parts.append(f"layout refused at start-up by {spans(refused, b.versions)}")
+    for f in sorted({f for c in cells for f in c.missing}):
+        without = [c.version for c in cells if f in c.missing]
+        parts.append(f"`{f}` is not a field of {spans(without, b.versions)} (ignored there)")
     failed = [c.version for c in cells if c.error is not None]
     if failed:
         parts.append(f"harness error on {spans(failed, b.versions)}")
