@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from model.answers_chunked import ChunkAnswers, chunk_answers, meets
 from model.layout import cdiv, round_down
 from model.layout_chunked import ChunkLayout
-from model.lookup import LookupResult, Step
+from model.lookup import LookupResult, Segment, Step
 from model.scenario import Group, Scenario
 from model.semantics import Semantics
 from releases.arith import INT
@@ -44,61 +45,74 @@ def answer(g: Group, end: int, tokens_per_chunk: int) -> str:
 
 @dataclass
 class _Manager:
-    """Answers from the scenario and records every key looked up, in order."""
+    """Answers from the scenario and records every key looked up, in order, as segments
+    ``(group, first end, stop, step)`` of key end tokens (``LookupResult.segments``): a
+    scan of a run of chunks is one segment, whatever its length."""
 
     s: Scenario
     layout: ChunkLayout
-    seen: list[tuple[int, int]] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
 
     def lookup(self, group: int, end: int) -> str:
-        self.seen.append((group, end))
+        self.segments.append((group, end, end + 1, 1))
         return answer(self.s.groups[group], end, self.layout.groups[group].tokens_per_chunk)
 
     def chunk(self, group: int, idx: int) -> str:
         return self.lookup(group, (idx + 1) * self.layout.groups[group].tokens_per_chunk)
 
+    def answers(self, group: int) -> ChunkAnswers:
+        """The group's answers by runs (``chunk_answers``: kept per store)."""
+        return chunk_answers(self.s.groups[group], self.layout.groups[group].tokens_per_chunk)
+
+    def scanned(self, group: int, first: int, last: int) -> None:
+        """Record the chunk keys ``first``, ``first ± 1``, ..., ``last`` (in that order)."""
+        tpc = self.layout.groups[group].tokens_per_chunk
+        step = tpc if last >= first else -tpc
+        self.segments.append((group, (first + 1) * tpc, (last + 1) * tpc + step, step))
+
 
 def _maximal_prefix_lookup(mgr: _Manager, group: int, chunks: range) -> int | None:
     # scheduler.py:773: consecutive hits from the start; HIT_PENDING counts and defers,
     # RETRY defers without counting and the scan goes on (the manager starts async
-    # lookups); the first MISS stops it
-    hit_count = 0
-    defer_lookup = False
-    for idx in chunks:
-        result = mgr.chunk(group, idx)
-        if result in (HIT, HIT_PENDING):  # scheduler.py:788
-            hit_count += 1
-            defer_lookup |= result == HIT_PENDING
-        elif result == RETRY:  # scheduler.py:797
-            defer_lookup = True
-        else:  # scheduler.py:801
-            break
-    return None if defer_lookup else hit_count  # scheduler.py:803
+    # lookups); the first MISS stops it (scheduler.py:801). By runs: the scan looks up
+    # the chunks up to the first MISS, and counts them all unless one defers, when the
+    # count is not used (scheduler.py:803)
+    lo, hi = chunks.start, chunks.stop
+    if hi <= lo:
+        return 0
+    ans = mgr.answers(group)
+    miss = ans.first_miss(lo, hi)
+    mgr.scanned(group, lo, min(miss, hi - 1))
+    return None if ans.waits(lo, miss) else miss - lo
 
 
 def _sliding_window_lookup(mgr: _Manager, group: int, chunks: range, window: int,
                            initial_window: int | None) -> int | None:
     # scheduler.py:805: from the end, the last run of `window` hits; the first run may
-    # need `initial_window` (a partial right edge); returns its end index in `chunks`
-    defer_lookup = False
-    pending_in_window = False
-    consecutive_hits = 0
+    # need `initial_window` (a partial right edge); returns its end index in `chunks`.
+    # A HIT or HIT_PENDING extends a run (:822, :824); a RETRY (:830) or MISS (:838)
+    # ends it (RETRY defers) and resets the required window; HIT_PENDING in the run
+    # that decides defers. By runs: from one break to the next below it.
+    lo, hi = chunks.start, chunks.stop
+    ans = mgr.answers(group)
     required_window = initial_window or window  # scheduler.py:819
-    for idx in range(len(chunks) - 1, -1, -1):
-        result = mgr.chunk(group, chunks[idx])
-        if result == HIT:  # scheduler.py:822
-            consecutive_hits += 1
-        elif result == HIT_PENDING:  # scheduler.py:824: a hit, but defers
-            pending_in_window = True
-            consecutive_hits += 1
-        else:  # RETRY (scheduler.py:830) defers; MISS (scheduler.py:838) does not
-            defer_lookup |= result == RETRY
-            consecutive_hits = 0
-            pending_in_window = False
-            required_window = window
-        if consecutive_hits == required_window:  # scheduler.py:843
-            return None if defer_lookup or pending_in_window else idx + required_window
-    return None if defer_lookup or pending_in_window else consecutive_hits  # :847
+    defer_lookup = False
+    top = hi  # the current run is [brk + 1, top)
+    while True:
+        brk = ans.last_break(top - 1, lo)
+        if top - 1 - brk >= required_window:  # scheduler.py:843
+            idx = top - required_window
+            mgr.scanned(group, hi - 1, idx)
+            pending_in_window = meets(ans.pending, idx, top)
+            return None if defer_lookup or pending_in_window else idx - lo + required_window
+        if brk < lo:  # scheduler.py:847: the scan reached the start
+            if hi > lo:
+                mgr.scanned(group, hi - 1, lo)
+            pending_in_window = meets(ans.pending, lo, top)
+            return None if defer_lookup or pending_in_window else top - lo
+        defer_lookup |= brk in ans.retry
+        required_window = window
+        top = brk
 
 
 @dataclass
@@ -239,11 +253,11 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
             window = cfg.load_window_size_in_chunks(end)  # scheduler.py:1027
             # offload_keys[start:num_chunks] (scheduler.py:1035): the slice stops at the
             # last key the request has
-            hit_chunks = list(range(num_computed_tokens // tpc,
-                                    min(cdiv(end, tpc), num_keys[cfg.group_idx])))
+            hit_chunks = range(num_computed_tokens // tpc,
+                               min(cdiv(end, tpc), num_keys[cfg.group_idx]))
             if window is not None:
                 hit_chunks = hit_chunks[-window:]
-            if any(c in g.being_loaded for c in hit_chunks):
+            if any(c in hit_chunks for c in g.being_loaded):  # a range: no list
                 return None, f"group {cfg.group_idx}: a hit chunk is being loaded"
     return num_hit_tokens, "converged"
 
@@ -278,8 +292,8 @@ def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
 
     def done(hit: int | None, reason: str, boundary: int | None = None
              ) -> tuple[LookupResult, int | None]:
-        segs = tuple((g, e, e + 1, 1) for g, e in mgr.seen)
-        return LookupResult(hit, tuple(st.steps), segs, st.passes, reason), boundary
+        return LookupResult(hit, tuple(st.steps), tuple(mgr.segments), st.passes,
+                            reason), boundary
 
     complete_hit, reason = lookup_complete_chunks(  # scheduler.py:1073
         layout, s, mgr, st, sem)

@@ -17,7 +17,7 @@ import time
 
 from model.args import OneLineParser, bounded_float, bounded_int
 from model.semantics import MODEL_SEMANTICS as SEMANTICS
-from proofs.results import run_all
+from proofs.results import found_line, run_all
 from proofs.theorems import THEOREMS
 
 
@@ -89,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                    args.jobs)
     bad = [r for r in rows if not r.matches]
     print(f"{time.monotonic() - t0:.1f}s")
+    found = found_line(rows)
+    if found:
+        print(f"found: {found}")
     print(f"{'FAIL' if bad else 'PASS'}: {len(rows) - len(bad)} of {len(rows)} results "
           f"match their expectation ({scope(args)})")
     return 1 if bad else 0

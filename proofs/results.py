@@ -307,3 +307,32 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
             pool.join()
     order = [(t, s) for t, s, _, _ in pairs]
     return sorted(rows, key=lambda r: order.index((r.theorem, r.semantics)))
+
+
+def found_line(rows: Sequence[Row]) -> str | None:
+    """What the run found about the newest release it covers, apart from whether the
+    project's expectations held: the theorems that fail on some layout the release
+    accepts, and those proved for every such layout (None: no release row)."""
+    covered = {r.semantics for r in rows}
+    newest = next((n for n in reversed(releases.releases()) if n in covered), None)
+    if newest is None:
+        return None
+    fails, holds, open_ = [], [], []
+    for r in rows:
+        if r.semantics != newest:
+            continue
+        over = r.accepted if r.accepted is not None else r.verdict
+        if over.status == "COUNTEREXAMPLE" or r.verdict.status == "COUNTEREXAMPLE":
+            fails.append(r.theorem)
+        elif over.status == "PROVED":
+            holds.append(r.theorem)
+        else:
+            open_.append(r.theorem)
+    parts = []
+    if fails:
+        parts.append(f"{', '.join(fails)} FAIL on layouts it accepts")
+    if holds:
+        parts.append(f"{', '.join(holds)} hold on every layout it accepts")
+    if open_:
+        parts.append(f"no verdict for {', '.join(open_)}")
+    return f"vLLM {releases.get(newest).base_version}: {'; '.join(parts)}"

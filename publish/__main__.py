@@ -29,7 +29,7 @@ from typing import Any
 from model.args import OneLineParser, output_dir
 from model.semantics import MODEL_SEMANTICS as SEMANTICS
 from proofs.cli import add_run_arguments, refuse, scope, tune_gc
-from proofs.results import Side, run_all
+from proofs.results import Side, found_line, run_all
 from proofs.theorems import THEOREMS
 from publish.facts import FACT_PARTS, PAIR_FACTS, collect_facts, fact_part, facts_from_pairs
 from publish.names import PR_RELEASE
@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     # first, in fresh processes; the simulator's runs where the schedule puts them) and
     # then every picture of the report and the spec at once
     pool = multiprocessing.Pool(args.jobs) if args.jobs > 1 else None
+    found: str | None = None
     try:
         tmp = staging(out)
         # a fact that a pair computes anyway is taken from its row (PAIR_FACTS)
@@ -110,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         bad = [r for r in rows if not r.matches]
         verdict = (f"{'FAIL' if bad else 'PASS'}: {len(rows) - len(bad)} of {len(rows)} "
                    f"results match their expectation ({scope(args)})")
-        stamp(tmp / "report.md", verdict)
+        found = found_line(rows)
+        stamp(tmp / "report.md", verdict, found)
         publish(tmp, out)
     except BaseException as e:  # noqa: BLE001 - a partial run must not look green
         if not isinstance(e, KeyboardInterrupt | OSError):
@@ -131,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             pool.terminate()
     spec = f", spec in {out}/spec.md" if full else ""
     print(f"{time.monotonic() - t0:.1f}s; report in {out}/report.md{spec}")
+    if found:
+        print(f"found: {found}")
     print(verdict)
     return 1 if bad else 0
 

@@ -39,10 +39,12 @@ def staging(out: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
 
 
-def stamp(report_md: Path, verdict: str) -> None:
-    """The verdict as report.md's first and last line."""
+def stamp(report_md: Path, verdict: str, found: str | None = None) -> None:
+    """What the run found about vLLM (``found``) as report.md's first line, apart from
+    the verdict on the project's expectations, which follows it and ends the file."""
     body = report_md.read_text() if report_md.exists() else ""
-    report_md.write_text(f"{verdict}\n\n{body.rstrip()}\n\n{verdict}\n")
+    head = f"found: {found}\n" if found else ""
+    report_md.write_text(f"{head}{verdict}\n\n{body.rstrip()}\n\n{verdict}\n")
 
 
 def publish(tmp: Path, out: Path) -> None:

@@ -11,13 +11,21 @@ from typing import NoReturn
 
 from model.args import bounded_int, output_dir
 from model.scenario import MAX_GROUPS, MAX_TOKENS
-from model.semantics import SEMANTICS
+from model.semantics import CHUNKED_SEMANTICS, MODEL_SEMANTICS, SEMANTICS
 from releases import alt_cache_config_block_size
 from sim.config import EngineConfig
 from sim.report import table, write_report
 from sim.rerun import parse_lengths, rerun_one
 from sim.runner import RunSpec, parse_semantics, run_side_by_side
+from sim.tier import POLICIES
+from sim.tier_layouts import LAYOUTS
+from sim.tier_run import TierGrid, run_grid
+from sim.tier_run import table as tier_table
+from sim.tier_run import write_report as write_tier_report
+from sim.tier_sim import check_dense
 from sim.workload import WORKLOADS
+
+DEFAULT_LAYOUT = next(iter(LAYOUTS))  # finding 001's GPU-checked layout
 
 
 class UsageError(Exception):
@@ -106,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="comma-separated semantics expected clean: exit 1 if any of them "
                           "corrupts an output or breaks an invariant")
     _engine_flags(run, 128)
+    # chunked (vLLM 0.33.0 family) semantics run through the CPU tier (sim.tier_sim)
+    run.add_argument("--layout", default=DEFAULT_LAYOUT,
+                     help=f"chunked semantics: one of {', '.join(LAYOUTS)}")
+    run.add_argument("--tier-chunks", type=_int_list, default=(64, 256, 1024),
+                     help="chunked semantics: CPU tier sizes in chunks, comma-separated")
+    run.add_argument("--tier-policy", type=_policy_list, default=tuple(POLICIES),
+                     help="chunked semantics: eviction policies, comma-separated (lru,arc)")
     rr = sub.add_parser("rerun", help="the hit of a prompt sent again after a cold run")
     rr.add_argument("--semantics", required=True)
     rr.add_argument("--lengths", required=True, help="A-B, inclusive")
@@ -120,14 +135,73 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        vals = ()
+    if not vals or any(not 1 <= v <= 10_000_000 for v in vals):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated sizes in 1..10,000,000, got {text[:40]!r}")
+    return vals
+
+
+def _policy_list(text: str) -> tuple[str, ...]:
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [n for n in names if n not in POLICIES]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {', '.join(bad) or text!r} (known: {', '.join(POLICIES)})")
+    return names
+
+
+def _run_tier(a: argparse.Namespace, names: tuple[str, ...]) -> int:
+    """Chunked semantics: the workload through the CPU tier (``sim.tier_run``)."""
+    layout = LAYOUTS.get(a.layout)
+    if layout is None:
+        raise UsageError(f"--layout: unknown name {a.layout!r} (known: {', '.join(LAYOUTS)})")
+    try:
+        check_dense(layout)
+    except ValueError as e:
+        raise UsageError(f"--layout: {e}") from None
+    if a.max_num_batched_tokens < layout.scheduler_block:
+        raise UsageError(f"--max-num-batched-tokens: must be >= the layout's scheduler block "
+                         f"{layout.scheduler_block}, got {a.max_num_batched_tokens}")
+    if a.report is not None and a.report.exists() and not a.report.is_dir():
+        raise UsageError(f"--report: {a.report} exists and is not a directory")
+    clean = _clean_names(a.fail_on_corruption, names)
+    grid = TierGrid(layout, a.workload, a.requests, a.seed, names, a.tier_chunks,
+                    a.tier_policy, a.max_num_batched_tokens)
+    summaries = run_grid(grid, show_progress=not a.no_progress)
+    print(f"layout {layout.name} ({layout.summary}); workload {a.workload}, "
+          f"{a.requests:,} requests, seed {a.seed}")
+    print(tier_table(summaries))
+    if a.report is not None:
+        try:
+            jpath, ppath = write_tier_report(a.report, grid, summaries)
+        except OSError as e:
+            raise UsageError(f"--report: cannot write to {a.report} ({e.strerror})") from None
+        print(f"report: {jpath} {ppath}")
+    bad = [f"{s.semantics} (tier {s.tier_chunks}, {s.policy}): {s.corrupted} corrupted, "
+           f"{s.missing_loads} loads of unstored chunks"
+           for s in summaries if s.semantics in clean and (s.corrupted or s.missing_loads)]
+    return _verdict(clean, bad)
+
+
 def _run(a: argparse.Namespace) -> int:
     if a.workload not in WORKLOADS:
         raise UsageError(f"--workload: unknown name {a.workload!r} "
                          f"(known: {', '.join(WORKLOADS)})")
     try:
-        names = parse_semantics(a.semantics, list(SEMANTICS))
+        names = parse_semantics(a.semantics, list(MODEL_SEMANTICS))
     except ValueError as e:
         raise UsageError(str(e)) from None
+    chunked = [n for n in names if n in CHUNKED_SEMANTICS]
+    if chunked and len(chunked) != len(names):
+        raise UsageError(f"--semantics: chunked semantics ({', '.join(chunked)}) run through "
+                         "the CPU tier and cannot be mixed with the others")
+    if chunked:
+        return _run_tier(a, names)
     config = _config(a)
     if a.report is not None and a.report.exists() and not a.report.is_dir():
         raise UsageError(f"--report: {a.report} exists and is not a directory")

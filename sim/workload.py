@@ -11,6 +11,12 @@ Workloads:
   shared-prefix  many requests sharing one system prompt, questions drawn from a
                  Zipf-popular pool, so popular questions repeat.
   random         random prompts of random lengths; some are resent later.
+  rag            retrieval-augmented questions: a shared system prompt, then 1-3
+                 documents drawn (Zipf-popular) from a shared pool in retrieval order,
+                 then the question; requests sharing a top document share that prefix.
+  agent          agent loops: a task, then steps that each append a tool result and
+                 the model's action and resend the whole growing context; sessions
+                 interleave.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from numpy.typing import NDArray
 
 from sim.ssm import VOCAB
 
-WORKLOADS = ("chat", "shared-prefix", "random")
+WORKLOADS = ("chat", "shared-prefix", "random", "rag", "agent")
 
 
 @dataclass
@@ -129,6 +135,43 @@ def random_prompts(n: int, seed: int, block_size: int = 16) -> list[Request]:
     return _finish(out, n)
 
 
+def rag(n: int, seed: int, block_size: int = 16) -> list[Request]:
+    rng = np.random.default_rng([seed, 5])
+    system = _toks(rng, 96)
+    pool = max(40, n // 20)
+    docs = [_toks(rng, int(rng.integers(60, 200))) for _ in range(pool)]
+    weights = 1.0 / np.arange(1, pool + 1) ** 1.2
+    out = []
+    for i in range(n):
+        k = int(rng.integers(1, 4))
+        picked = rng.choice(pool, size=k, replace=False, p=weights / weights.sum())
+        parts = [system, *(docs[int(d)] for d in picked), _toks(rng, int(rng.integers(8, 40)))]
+        tokens = np.concatenate(parts)
+        out.append(Request(0, i, TokenSeq(tokens, block_size), len(tokens),
+                           int(rng.integers(8, 120))))
+    return _finish(out, n)
+
+
+def agent(n: int, seed: int, block_size: int = 16) -> list[Request]:
+    rng = np.random.default_rng([seed, 6])
+    system = _toks(rng, 160)  # the agent's instructions and tool descriptions
+    out: list[Request] = []
+    t = 0
+    while len(out) < n:
+        t += int(rng.integers(0, 20))
+        parts = [system, _toks(rng, int(rng.integers(20, 80)))]  # the task
+        when = t
+        for _ in range(int(rng.integers(3, 16))):
+            length = sum(len(x) for x in parts)
+            action = int(rng.integers(10, 60))
+            out.append(Request(0, when, TokenSeq(np.concatenate(parts), block_size), length,
+                               action, chat=True))
+            parts.append(_toks(rng, action))  # the action the model produced
+            parts.append(_toks(rng, int(rng.integers(20, 200))))  # the tool's result
+            when += action + int(rng.integers(2, 30))
+    return _finish(out, n)
+
+
 def _finish(reqs: list[Request], n: int) -> list[Request]:
     reqs = sorted(reqs, key=lambda r: r.arrival)[:n]
     return [Request(i, r.arrival, r.seq, r.prompt_len, r.reply_len, r.chat)
@@ -139,6 +182,8 @@ GENERATORS: dict[str, Callable[[int, int, int], list[Request]]] = {
     "chat": chat,
     "shared-prefix": shared_prefix,
     "random": random_prompts,
+    "rag": rag,
+    "agent": agent,
 }
 
 

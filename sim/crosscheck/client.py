@@ -35,9 +35,12 @@ class RealScheduler:
     an alt semantics whose fix the harness applies (``mapping.REAL_FIXES``)."""
 
     def __init__(self, version: str, overlay: Path | None = None,
-                 semantics: str | None = None, python: Path | None = None) -> None:
+                 semantics: str | None = None, harness: Path | None = None,
+                 python: Path | None = None) -> None:
         """``overlay``: a directory from ``tree.build_overlay``, put first on the
         harness's ``PYTHONPATH``; no bytecode is written (the release's env stays as is).
+        ``harness``: another adapter speaking the same protocol (default: the
+        scheduler harness for ``version``), e.g. ``adapters/tier_manager.py``.
         ``python``: the interpreter to run the harness with (default: the release's full
         env, ``ensure_env``); a release without a model runs as shipped (``semantics``
         empty)."""
@@ -58,7 +61,7 @@ class RealScheduler:
         self._log: IO[str] = tempfile.NamedTemporaryFile(
             "w+", prefix=f"crosscheck-{version}-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
-            [str(python), str(harness_for(version))], cwd=ROOT, env=env, text=True,
+            [str(python), str(harness or harness_for(version))], cwd=ROOT, env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, bufsize=1,
         )
         info = self._call({"op": "info"})

@@ -1,0 +1,108 @@
+"""One group's answers to its chunk keys as sets and runs (vLLM 0.33.0's lookup scans).
+
+``model.lookup_chunked.answer`` answers one key. The two scans of 0.33.0
+(``_maximal_prefix_lookup``, scheduler.py:773; ``_sliding_window_lookup``,
+scheduler.py:805) ask it key after key; what decides them is only where the runs of
+answers break: the first MISS (a prefix stops there), the last RETRY or MISS below a
+chunk (a window's run ends there), and whether a RETRY or HIT_PENDING lies in a run.
+``ChunkAnswers`` answers those questions from the group's stored, pending and deferred
+sets (and the partial-tail keys that end on a chunk boundary, the same keys), with work
+bounded by the sets and the runs the scan looks up, never a Python call per chunk. Per
+chunk it gives what ``answer`` gives (tests/test_answers_chunked.py).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Collection
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import filterfalse
+
+from model.scenario import Group
+
+
+def _chunks_of(ends: frozenset[int], tokens_per_chunk: int) -> frozenset[int]:
+    """The chunks whose key ends at one of ``ends`` (a partial-tail key on a chunk
+    boundary is that chunk's key: ``make_offload_key`` of the same block hash)."""
+    if not ends:
+        return frozenset()
+    return frozenset(e // tokens_per_chunk - 1 for e in ends
+                     if e % tokens_per_chunk == 0 and e >= tokens_per_chunk)
+
+
+def _union(first: frozenset[int], *more: frozenset[int]) -> frozenset[int]:
+    """``first | more...``, copying no set when the others are empty (the usual case)."""
+    out = first
+    for m in more:
+        if m:
+            out = out | m
+    return out
+
+
+def meets(items: Collection[int], lo: int, hi: int) -> bool:
+    """Whether a member of ``items`` lies in [lo, hi) (work: the smaller of the two)."""
+    if hi <= lo or not items:
+        return False
+    if len(items) <= hi - lo:
+        return any(lo <= b < hi for b in items)
+    return any(b in items for b in range(lo, hi))
+
+
+@dataclass(frozen=True)
+class ChunkAnswers:
+    """What the stand-in manager answers for each chunk key of one group.
+
+    RETRY for ``retry``; else HIT_PENDING for ``pending``; else HIT for ``answered``
+    (None: every chunk, ``stored == "all"``); else MISS: ``answer``'s order."""
+
+    retry: frozenset[int]
+    pending: frozenset[int]
+    answered: frozenset[int] | None  # not MISS (None: every chunk)
+    ready: frozenset[int] | None  # HIT or HIT_PENDING (None: every chunk not in retry)
+    retry_sorted: tuple[int, ...]
+
+    @staticmethod
+    def of(g: Group, tokens_per_chunk: int) -> ChunkAnswers:
+        if g.stored is None and not (g.deferred or g.pending or g.deferred_tails
+                                     or g.pending_tails):
+            return EVERY_HIT  # stored "all", nothing waits: the usual benchmark store
+        retry = _union(g.deferred, _chunks_of(g.deferred_tails, tokens_per_chunk))
+        pending = _union(g.pending, _chunks_of(g.pending_tails, tokens_per_chunk))
+        answered = ready = None
+        if g.stored is not None:
+            answered = _union(g.stored, _chunks_of(g.stored_tails, tokens_per_chunk),
+                              pending, retry)
+            ready = answered - retry if retry else answered
+        return ChunkAnswers(retry, pending, answered, ready,
+                            tuple(sorted(retry)) if retry else ())
+
+    def first_miss(self, lo: int, hi: int) -> int:
+        """The first chunk in [lo, hi) answered MISS; ``hi`` if none."""
+        if self.answered is None:
+            return hi
+        return next(filterfalse(self.answered.__contains__, range(lo, hi)), hi)
+
+    def last_break(self, top: int, lo: int) -> int:
+        """The last chunk in [lo, top] answered RETRY or MISS; ``lo - 1`` if none."""
+        if top < lo:
+            return lo - 1
+        if self.ready is None:
+            i = bisect_right(self.retry_sorted, top)
+            return self.retry_sorted[i - 1] if i and self.retry_sorted[i - 1] >= lo else lo - 1
+        return next(filterfalse(self.ready.__contains__, range(top, lo - 1, -1)), lo - 1)
+
+    def waits(self, lo: int, hi: int) -> bool:
+        """Whether a chunk in [lo, hi) is answered RETRY or HIT_PENDING."""
+        return meets(self.retry, lo, hi) or meets(self.pending, lo, hi)
+
+
+EVERY_HIT = ChunkAnswers(frozenset(), frozenset(), None, None, ())
+
+
+@lru_cache(maxsize=1024)
+def chunk_answers(g: Group, tokens_per_chunk: int) -> ChunkAnswers:
+    """``ChunkAnswers.of``, kept per store: a group's answers are part of the scenario (as
+    the real harness fills its manager's answers before the lookup it times), so a lookup
+    on a store seen before starts from its sets (a frozen ``Group`` hashes its fields)."""
+    return ChunkAnswers.of(g, tokens_per_chunk)

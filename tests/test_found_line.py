@@ -1,0 +1,46 @@
+"""The run's first line says what it found about vLLM, apart from the expectations'
+verdict (issue 26): ``proofs.results.found_line`` and ``publish.staging.stamp``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import releases
+from proofs.check import Verdict
+from proofs.results import Row, found_line
+from publish.staging import stamp
+
+NEWEST = releases.newest()
+OLDER = releases.releases()[0]
+
+
+def _row(theorem: str, semantics: str, status: str, accepted: str | None = None) -> Row:
+    return Row(theorem, semantics, Verdict(status, 0.0), "holds", (),
+               accepted=Verdict(accepted, 0.0) if accepted else None)
+
+
+def test_the_newest_release_s_failures_and_proofs_are_named() -> None:
+    rows = [_row("no-partial-state", NEWEST.name, "PROVED", "COUNTEREXAMPLE"),
+            _row("termination", NEWEST.name, "PROVED"),
+            _row("leaves-last-token", NEWEST.name, "UNKNOWN"),
+            _row("whole-blocks", OLDER, "COUNTEREXAMPLE")]
+    line = found_line(rows)
+    assert line == (f"vLLM {NEWEST.base_version}: no-partial-state FAIL on layouts it "
+                    "accepts; termination hold on every layout it accepts; "
+                    "no verdict for leaves-last-token")
+
+
+def test_only_the_newest_release_with_rows_is_reported() -> None:
+    assert found_line([_row("termination", OLDER, "PROVED")]) == (
+        f"vLLM {releases.get(OLDER).base_version}: termination hold on every layout it "
+        "accepts")
+    assert found_line([]) is None
+
+
+def test_report_opens_with_the_finding_then_the_verdict(tmp_path: Path) -> None:
+    md = tmp_path / "report.md"
+    md.write_text("body\n")
+    stamp(md, "PASS: 1 of 1 results match", "vLLM X: t FAIL on layouts it accepts")
+    lines = md.read_text().splitlines()
+    assert lines[0] == "found: vLLM X: t FAIL on layouts it accepts"
+    assert lines[1] == "PASS: 1 of 1 results match" == lines[-1]
