@@ -25,7 +25,8 @@ import releases  # noqa: E402
 from model.semantics import get_semantics  # noqa: E402
 from proofs import tail_layers_chunked  # noqa: E402
 
-SEMANTICS = releases.names(family="chunked")
+# the chunked semantics the encodings model (releases.proved)
+SEMANTICS = releases.proved("chunked")
 
 
 def main() -> int:

@@ -70,8 +70,8 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
 
 
 MAX_V033_HASHES = 1_000_000
-# the release whose code the chunked lookup's model follows (its family's first)
-CHUNKED_MODEL = releases.releases("chunked")[0]
+# the release whose code the chunked lookup's model follows (older ones are deltas of it)
+CHUNKED_MODEL = releases.reference("chunked").name
 
 
 def _evaluate_chunked(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
@@ -81,14 +81,14 @@ def _evaluate_chunked(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
             raise ScenarioError(f"{name}: not modelled for {sem.name} (the {CHUNKED_MODEL} "
                                 "model covers new requests without context parallelism)")
     try:
-        layout = layout_chunked.resolve_layout(s)
+        layout = layout_chunked.resolve_layout(s, sem.steps, sem.base_version)
         if s.prompt_tokens // layout.tokens_per_hash > MAX_V033_HASHES:
             # the 0.33.0 model asks the store key by key, as vLLM does: bound the work
             raise ScenarioError(
                 f"prompt_tokens: {s.prompt_tokens} tokens are more than {MAX_V033_HASHES:,} "
                 f"hash blocks of {layout.tokens_per_hash} (the {CHUNKED_MODEL} model's bound)")
         if enforce:
-            layout_chunked.check_request(s, layout)
+            layout_chunked.check_request(s, layout, sem.base_version)
     except Refused as e:
         return Outcome(sem.name, str(e), None, (), ())
     res, boundary = lookup_chunked.get_num_new_matched_tokens(layout, s, sem)

@@ -19,11 +19,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from model.citations import cite
+from model.citations import cite, cited_lines
 from model.layout import Refused, cdiv
 from model.scenario import Scenario
+from releases.base import ChunkSteps
 
 V = "0.33.0"
+
+
+def _cite(version: str, key: str) -> str:
+    """``cite`` in ``version`` where that release's table has the step, else in 0.33.0 (the
+    release this module follows), never in the block lookup's 0.24.0."""
+    return cite(version if key in cited_lines(version) else V, key)
 
 
 @dataclass(frozen=True)
@@ -76,7 +83,7 @@ class ChunkLayout:
         return boundary + self.eagle_proof_margins.get(group, 0)
 
 
-def resolve_block_sizes(s: Scenario) -> tuple[int, int]:
+def resolve_block_sizes(s: Scenario, version: str = V) -> tuple[int, int]:
     """``resolve_kv_cache_block_sizes`` (kv_cache_utils.py:816): (scheduler block size,
     tokens_per_hash) for a connector-enabled engine; the scenario's ``hash_block_size``
     is ``cache_config.prefix_match_unit``."""
@@ -84,7 +91,7 @@ def resolve_block_sizes(s: Scenario) -> tuple[int, int]:
     if len(sizes) <= 1:  # kv_cache_utils.py:840
         bs = sizes[0]
         if s.hash_block_size not in (None, bs):  # kv_cache_utils.py:847-853
-            raise Refused(cite(V, "hash_single_group"),
+            raise Refused(_cite(version, "hash_single_group"),
                           f"prefix_match_unit (hash_block_size) {s.hash_block_size} differs "
                           f"from the single group's block size {bs}")
         return bs, bs
@@ -95,7 +102,7 @@ def resolve_block_sizes(s: Scenario) -> tuple[int, int]:
     requested = s.hash_block_size  # kv_cache_utils.py:891: the override, else the gcd
     tokens_per_hash = requested if requested is not None else math.gcd(*sizes)
     if any(bs % tokens_per_hash for bs in sizes):  # kv_cache_utils.py:892
-        raise Refused(cite(V, "hash_invalid"),
+        raise Refused(_cite(version, "hash_invalid"),
                       f"prefix_match_unit (hash_block_size) {tokens_per_hash} does not "
                       f"divide every group block size {sizes}")
     return scheduler_block_size, tokens_per_hash
@@ -114,22 +121,22 @@ def _partial_hash_hits(s: Scenario, tokens_per_hash: int, with_managers: bool) -
                    for g in s.groups)
 
 
-def _blocks_per_chunk(s: Scenario) -> int:
+def _blocks_per_chunk(s: Scenario, version: str = V) -> int:
     """config.py:121-158: ``blocks_per_chunk`` or a token ``block_size`` (our factor)."""
     factor_set = s.block_size_factor != 1
     if s.blocks_per_chunk is not None and factor_set:
-        raise Refused(cite(V, "chunk_both"),
+        raise Refused(_cite(version, "chunk_both"),
                       "blocks_per_chunk and block_size (block_size_factor) are both set")
     if s.blocks_per_chunk is not None:
         return s.blocks_per_chunk  # config.py:132
     if factor_set and len({g.gpu_block_size for g in s.groups}) != 1:
-        raise Refused(cite(V, "same_block_size"),
+        raise Refused(_cite(version, "same_block_size"),
                       "block_size (block_size_factor != 1) needs every group to have the "
                       "same gpu_block_size; blocks_per_chunk has no such rule")
     return s.block_size_factor  # config.py:150
 
 
-def check_mamba_modes(s: Scenario) -> None:
+def check_mamba_modes(s: Scenario, version: str = V) -> None:
     """0.33.0 ties the Mamba cache mode to prefix caching: mode "all" is gone
     (``MambaCacheMode``, config/cache.py:176); ``MambaModelConfig`` turns "none" into
     "align" when prefix caching is on and "align" into "none" when it is off
@@ -139,28 +146,33 @@ def check_mamba_modes(s: Scenario) -> None:
         if g.kind != "mamba":
             continue
         if g.mamba_cache_mode == "all":
-            raise Refused(cite(V, "mamba_modes"),
-                          f"groups[{i}].mamba_cache_mode: 'all' is not a mode of 0.33.0")
+            raise Refused(_cite(version, "mamba_modes"),
+                          f"groups[{i}].mamba_cache_mode: 'all' is not a mode of {version}")
         if s.enable_prefix_caching and g.mamba_cache_mode != "align":
-            raise Refused(cite(V, "mamba_mode_align_on"),
-                          f"groups[{i}].mamba_cache_mode: with prefix caching on 0.33.0 "
+            raise Refused(_cite(version, "mamba_mode_align_on"),
+                          f"groups[{i}].mamba_cache_mode: with prefix caching on {version} "
                           "runs Mamba in mode 'align'")
         if not s.enable_prefix_caching and g.mamba_cache_mode != "none":
-            raise Refused(cite(V, "mamba_mode_none_off"),
-                          f"groups[{i}].mamba_cache_mode: with prefix caching off 0.33.0 "
+            raise Refused(_cite(version, "mamba_mode_none_off"),
+                          f"groups[{i}].mamba_cache_mode: with prefix caching off {version} "
                           "runs Mamba in mode 'none'")
 
 
-def resolve_layout(s: Scenario) -> ChunkLayout:
-    """Build what 0.33.0's start-up builds, or raise ``Refused`` naming the check."""
-    check_mamba_modes(s)
-    scheduler_block_size, tph = resolve_block_sizes(s)
+def resolve_layout(s: Scenario, steps: ChunkSteps | None = None,
+                   version: str = V) -> ChunkLayout:
+    """Build what 0.33.0's start-up builds, or raise ``Refused`` naming the check.
+
+    ``steps``: the release's overridable steps (``tail_eagle``: whether EAGLE groups keep
+    partial tails); ``version``: the release whose lines the refusals cite."""
+    steps = steps or ChunkSteps()
+    check_mamba_modes(s, version)
+    scheduler_block_size, tph = resolve_block_sizes(s, version)
     for g in s.groups:  # config.py:113
         if g.gpu_block_size % tph:
-            raise Refused(cite(V, "hash_divides"),
+            raise Refused(_cite(version, "hash_divides"),
                           f"gpu_block_size {g.gpu_block_size} is not divisible by "
                           f"tokens_per_hash {tph}")
-    bpc = _blocks_per_chunk(s)
+    bpc = _blocks_per_chunk(s, version)
     groups = []
     for i, g in enumerate(s.groups):
         tpc = g.gpu_block_size * bpc  # scheduler.py:256
@@ -184,7 +196,7 @@ def resolve_layout(s: Scenario) -> ChunkLayout:
     windowed.sort(key=lambda i: groups[i].sliding_window_size_in_chunks or 0, reverse=True)
     align = [c for c in groups if c.requires_cow_source]
     if len({c.tokens_per_chunk for c in align}) > 1:  # scheduler.py:153
-        raise Refused(cite(V, "mamba_align_assert"),
+        raise Refused(_cite(version, "mamba_align_assert"),
                       "Mamba align groups disagree on the offloaded chunk size "
                       f"{sorted({c.tokens_per_chunk for c in align})}")
     mamba_align_size = align[-1].tokens_per_chunk if align else None  # scheduler.py:154
@@ -196,6 +208,8 @@ def resolve_layout(s: Scenario) -> ChunkLayout:
         and any(c.requires_cow_source and c.tokens_per_block > tph for c in groups)
         and all(c.sliding_window_size_in_chunks is None or c.requires_cow_source
                 for c in groups)
+        # 0.28.0-0.32.0 (0.32.0's scheduler.py:313): no partial tails with an EAGLE group
+        and (steps.tail_eagle or not any(c.is_eagle_group for c in groups))
     )
     ptbs = groups[0].tokens_per_block if supports_partial_tail else 0  # scheduler.py:597
     # core.py:359 / kv_cache_utils.py:921: the granularity of GPU prefix-cache hits
@@ -219,21 +233,21 @@ def resolve_layout(s: Scenario) -> ChunkLayout:
     )
 
 
-def check_request(s: Scenario, layout: ChunkLayout) -> None:
+def check_request(s: Scenario, layout: ChunkLayout, version: str = V) -> None:
     """Refuse requests a real 0.33.0 engine cannot produce (the GPU prefix hit's shape)."""
     if s.num_computed_tokens % layout.scheduler_block_size:
         raise Refused(
-            cite(V, "hash_lcm"),
+            _cite(version, "hash_lcm"),
             f"num_computed_tokens {s.num_computed_tokens} is not a multiple of the scheduler "
             f"block size {layout.scheduler_block_size} (the cross-check's GPU hits are; "
-            "0.33.0's fine-grained hits are out of scope)")
+            f"{version}'s fine-grained hits are out of scope)")
     if s.num_computed_tokens and not s.enable_prefix_caching:
         raise Refused(
-            cite(V, "gpu_hit_cap"),
+            _cite(version, "gpu_hit_cap"),
             f"num_computed_tokens {s.num_computed_tokens}: no GPU prefix-cache hit exists "
             "with prefix caching off")
     if s.num_computed_tokens >= s.prompt_tokens:
         raise Refused(
-            cite(V, "gpu_hit_cap"),
+            _cite(version, "gpu_hit_cap"),
             f"num_computed_tokens {s.num_computed_tokens} must be < prompt_tokens "
             f"{s.prompt_tokens}: the GPU prefix hit always leaves the last prompt token")

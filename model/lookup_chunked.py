@@ -286,7 +286,8 @@ def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
     """``_lookup`` (scheduler.py:1068): complete chunks, then a partial tail past them.
 
     Returns the lookup result and the partial-tail boundary (None: none chosen).
-    ``sem``: the semantics whose steps it runs (``lookup_complete_chunks``)."""
+    ``sem``: the semantics whose steps it runs (``lookup_complete_chunks``; the partial
+    tail's ``tail_search`` and ``tail_bridge``: vLLM 0.32.0 searches one block, no bridge)."""
     mgr = _Manager(s, layout)
     st = _State()
 
@@ -305,11 +306,10 @@ def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
     tph = layout.tokens_per_hash
     ptbs = layout.partial_tail_block_size
     margin = layout.max_eagle_proof_margin
-    num_search_blocks = 2 if margin else 1  # scheduler.py:1083
-    block_end = complete_boundary + num_search_blocks * ptbs
-    max_boundary = min(s.prompt_tokens - 1, block_end - 1)  # scheduler.py:1087
-    if margin:  # scheduler.py:1088: the proof key needs a hash past the boundary
-        max_boundary = min(max_boundary, (s.prompt_tokens // tph) * tph - margin)
+    # scheduler.py:1083-1093: one or two search blocks (an EAGLE proof margin), and the
+    # proof key's hash past the boundary (0.32.0: one block, steps.tail_search_one_block)
+    max_boundary = sem.steps.tail_search(INT, complete_boundary, ptbs, s.prompt_tokens,
+                                         (s.prompt_tokens // tph) * tph, margin)
     if max_num_new_tokens is not None:  # scheduler.py:1095
         max_boundary = min(max_boundary, local_tokens + max_num_new_tokens)
     if max_load_tokens is not None:  # scheduler.py:1097
@@ -321,8 +321,10 @@ def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
     bridge_boundary = (bridge_chunk_idx + 1) * ptbs
     unconfirmed: list[int] = []
     pending = False
-    if max_boundary >= bridge_boundary:  # scheduler.py:1116: the hit would load the
-        for cfg, g in zip(layout.groups, s.groups, strict=True):  # bridge chunk too
+    # scheduler.py:1116: the hit would load the bridge chunk too (0.32.0 has no bridge:
+    # its one search block ends before the next block's key, steps.tail_bridge)
+    if sem.steps.tail_bridge and max_boundary >= bridge_boundary:
+        for cfg, g in zip(layout.groups, s.groups, strict=True):
             if cfg.requires_cow_source:  # scheduler.py:1120
                 continue
             # scheduler.py:1123 (being-loaded keys tracked only with prefix caching)

@@ -121,7 +121,7 @@ def precondition(
         )
     if name == "mamba-mode-not-all":
         return z3.BoolVal(True)  # 0.33.0 has no mode "all" (model/layout_chunked.py)
-    raise ValueError(f"precondition {name!r} has no {releases.releases('chunked')[0]} formula")
+    raise ValueError(f"precondition {name!r} has no {releases.reference('chunked').name} formula")
 
 
 def _multiple(x: z3.ArithRef, d: z3.ArithRef, most: int, prompt: z3.ArithRef) -> z3.BoolRef:

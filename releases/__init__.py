@@ -17,11 +17,13 @@ from collections.abc import Iterable
 from releases.base import ChunkSteps, Expect, Semantics
 
 __all__ = ["ChunkSteps", "Expect", "Semantics", "get", "names", "newest", "register",
-           "all_semantics", "releases", "fixes", "fix_for", "by_version", "versions"]
+           "all_semantics", "releases", "fixes", "fix_for", "by_version", "versions",
+           "reference", "proved"]
 
 # the built-in modules, in report order: the block lookup's family, then the chunked one's
 BUILTIN = ("vllm_0_23_0", "vllm_0_24_0", "alt_round_num_hit", "alt_cache_config_block_size",
-           "vllm_0_33_0", "fix_001_reround", "fix_001_reround_rerun", "fix_003_cap_min")
+           "vllm_0_33_0", "fix_001_reround", "fix_001_reround_rerun", "fix_003_cap_min",
+           "vllm_0_32_0")
 PLUGINS_ENV = "OLC_SEMANTICS"
 
 _REGISTRY: dict[str, Semantics] = {}
@@ -88,6 +90,26 @@ def newest(family: str | None = None) -> Semantics:
     if not rel:
         raise ValueError(f"semantics: no release of family {family!r}")
     return get(rel[-1])
+
+
+def proved(family: str | None = None) -> tuple[str, ...]:
+    """Registered names (optionally of one family) the proofs encode: those with theorem
+    expectations. A semantics whose overridden steps the encodings lack declares none
+    (vllm-0.32.0's partial tail) and is left to the model and the cross-check."""
+    return tuple(n for n in names(family=family) if get(n).expect)
+
+
+def reference(family: str) -> Semantics:
+    """The release whose code a family's model follows line by line: the family's release
+    built on no other release of the family (the chunked family: 0.33.0; its older
+    releases are built on it, each as a delta)."""
+    def built_on_family(s: Semantics) -> bool:
+        return s.parent is not None and get(s.parent).family == family
+
+    roots = [get(n) for n in releases(family) if not built_on_family(get(n))]
+    if len(roots) != 1:
+        raise ValueError(f"semantics: family {family!r} has {len(roots)} reference releases")
+    return roots[0]
 
 
 def fixes(finding: str | None = None, of: str | None = None) -> tuple[str, ...]:

@@ -22,6 +22,8 @@ Kind = Literal["release", "fix", "alternative"]
 
 LastToken = Callable[[Arith, Any, Any], Any]
 AfterCut = Callable[[Arith, Any, Any, Any, str], Any]
+# (arith, complete boundary, partial-tail block, prompt tokens, hashed tokens, margin)
+TailSearch = Callable[[Arith, Any, Any, Any, Any, Any], Any]
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,14 @@ class ChunkSteps:
     last_token: LastToken = steps.last_token_subtract
     # max_hit_size_tokens after each group's cut (:914, :988)
     after_cut: AfterCut = steps.keep_after_cut
+    # the partial tail (:1068-1152). Its search end before the caps (:1083-1093)
+    tail_search: TailSearch = steps.tail_search_with_proofs
+    # whether a boundary past the complete boundary's block first looks that block's
+    # complete chunk up (the bridge, :1111-1132); a switch of control flow, not arithmetic
+    tail_bridge: bool = True
+    # whether EAGLE groups keep partial tails, keyed past the boundary by their proof
+    # margins (start-up, :283-293, :610-624); without, any EAGLE group turns tails off
+    tail_eagle: bool = True
 
 
 @dataclass(frozen=True)
@@ -100,10 +110,12 @@ class Semantics:
 
 
 def child(parent: Semantics, *, name: str, summary: str, kind: Kind,
-          expect: Mapping[str, Expect] | None = None, **changes: Any) -> Semantics:
+          expect: Mapping[str, Expect] | None = None, inherit_expect: bool = True,
+          **changes: Any) -> Semantics:
     """``parent`` with ``changes``, named ``name``: its expectations are the parent's with
-    ``expect`` laid over them."""
-    merged = MappingProxyType({**parent.expect, **(expect or {})})
+    ``expect`` laid over them (without ``inherit_expect``: ``expect`` alone, for a
+    semantics whose overridden steps the proofs do not encode)."""
+    merged = MappingProxyType({**(parent.expect if inherit_expect else {}), **(expect or {})})
     return replace(parent, name=name, summary=summary, kind=kind, parent=parent.name,
                    expect=merged, **changes)
 

@@ -28,9 +28,11 @@ LINK = re.compile(r"/blob/v(\d+\.\d+\.\d+)/vllm/([\w/]+\.py)#L(\d+)(?:-L(\d+))?"
 
 
 def source_root(version: str) -> Path | None:
-    """The ``vllm`` package of the release's cross-check environment, if it exists."""
+    """The ``vllm`` package of the release's cross-check environment, else the release's
+    unpacked wheel beside the checkout (``../wheels/src-X.Y.Z/vllm``), if either exists."""
     found = sorted((venvs_dir() / f"vllm-{version}").glob("lib/python3*/site-packages/vllm"))
-    return found[0] if found else None
+    unpacked = ROOT.parent / "wheels" / f"src-{version}" / "vllm"
+    return found[0] if found else (unpacked if unpacked.is_dir() else None)
 
 
 def misplaced(lines: list[str], texts: tuple[str, ...], first: int, last: int) -> str | None:

@@ -6,6 +6,8 @@ Static: the sources are parsed, not imported."""
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,3 +54,12 @@ def test_the_check_sees_every_kind_of_import() -> None:
               "from . import sim\n")
     assert forbidden(source) == ["line 1: sim.runner", "line 2: vllm.config",
                                  "line 4: publish.spec", "line 5: sim.gpu.report"]
+
+
+def test_no_module_or_file_is_named_after_a_release() -> None:
+    """Names carry roles (issue 22): no file in model/ proofs/ sim/ bench/ tests/ is
+    named ``*_v0NN*``; a release's number belongs to its own module in releases/."""
+    tracked = subprocess.run(["git", "ls-files", "model", "proofs", "sim", "bench", "tests"],
+                             cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    named = [f for f in tracked.split() if re.search(r"_v0\d\d", Path(f).name)]
+    assert not named, named

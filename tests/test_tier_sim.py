@@ -20,7 +20,7 @@ from sim.workload import Request, TokenSeq
 
 ROOT = Path(__file__).resolve().parents[1]
 # the release and finding 001's completed fix, from the registry (no new name literals)
-(RELEASE,) = releases.names(family="chunked", kind="release")
+RELEASE = releases.reference("chunked").name
 FIX = next(n for n in releases.fixes(finding="001") if releases.get(n).reround_rerun)
 BLOCK = releases.names(family="block")[0]
 TINY = LAYOUTS["nemotronh-swa-tiny-flashinfer"]

@@ -86,7 +86,7 @@ def timed_lookup(s: Scenario, semantics: str, layout: Any = None,
 
     sem = get_semantics(semantics)
     if sem.chunked:
-        lay = layout or layout_chunked.resolve_layout(s)
+        lay = layout or layout_chunked.resolve_layout(s, sem.steps, sem.base_version)
         with _no_gc():
             t0 = clock()
             lookup_chunked.get_num_new_matched_tokens(lay, s, sem)

@@ -35,12 +35,11 @@ BATCH = 50  # sequences per harness call
 
 
 def tier_release() -> str:
-    """The release whose CPU tier ``sim.tier`` models: the chunked family's one release
-    in the registry (``releases``)."""
+    """The release whose CPU tier ``sim.tier`` models: the chunked family's reference
+    release in the registry (``releases``; its older releases are deltas of it)."""
     import releases
 
-    (name,) = releases.names(family="chunked", kind="release")
-    return releases.get(name).base_version
+    return releases.reference("chunked").base_version
 
 
 @dataclass(frozen=True)

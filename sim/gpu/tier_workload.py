@@ -55,7 +55,7 @@ def predict(out: str, requests: int, seed: int, workload: str, chunks: int,
     from sim.workload import make_trace
 
     layout = LAYOUTS[LAYOUT]
-    sem = semantics or releases.names(family="chunked", kind="release")[0]
+    sem = semantics or releases.reference("chunked").name
     trace = [r for r in make_trace(workload, requests * 4, seed, layout.hash_block)
              if r.prompt_len <= MAX_PROMPT][:requests]
     if len(trace) < requests:

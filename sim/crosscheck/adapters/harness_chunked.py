@@ -239,15 +239,23 @@ def make_request(case: dict[str, Any], vllm_config: Any, kv_cache_config: Any,
     )
 
 
+# vLLM 0.32.0's build_offloading_config asks a single group's model for its KV heads
+# (offloading/config.py:185); 0.33.0 does not (docs/releases-adapter-drafts.diff)
+ASKS_KV_HEADS = tuple(int(x) for x in VERSION.split(".")[:2]) < (0, 33)
+
+
 def _model_config(case: dict[str, Any]) -> Any:
     """The stand-in model config (see the module doc)."""
-    # supports_mamba_prefix_caching: MambaModelConfig keeps mode "all" (0.26.0 - 0.31.0);
-    # get_total_num_kv_heads: the single-group parallelism check (0.28.0 - 0.32.0)
+    # before 0.33.0 only (0.33.0 keeps its own stand-in): supports_mamba_prefix_caching so
+    # that MambaModelConfig keeps mode "all" (0.26.0 - 0.31.0); is_diffusion for
+    # use_v2_model_runner; get_total_num_kv_heads for the single-group parallelism check
+    # (0.28.0 - 0.32.0)
+    extra: dict[str, Any] = {"get_total_num_kv_heads": lambda: 1,
+                             "supports_mamba_prefix_caching": True,
+                             "is_diffusion": False} if ASKS_KV_HEADS else {}
     return SimpleNamespace(model="crosscheck", dtype=torch.float16, use_mla=False,
-                           supports_mamba_prefix_caching=True, is_diffusion=False,
-                           get_total_num_kv_heads=lambda: 1,
                            architecture="crosscheck",
-                           max_model_len=case["prompt_tokens"] + 64)
+                           max_model_len=case["prompt_tokens"] + 64, **extra)
 
 
 def setup(case: dict[str, Any]) -> tuple[Any, Any, Any, ScenarioManager, Any]:
