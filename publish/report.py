@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -245,3 +246,12 @@ def write_report(rows: Sequence[Row], out: Path, jobs: int = 1,
     (out / "report.json").write_text(json.dumps(
         {"results": [row_json(r) for r in rows]}, indent=1) + "\n")
 
+
+
+def incomplete_report(rows: Sequence[Row], report_md: Path, verdict: str) -> None:
+    """An interrupted run's report.md: the pairs that finished, under ``verdict`` (an
+    INCOMPLETE FAIL) first and last; no report.json, so nothing reads it as a whole run."""
+    with tempfile.TemporaryDirectory(prefix="proofs-incomplete-") as scratch:
+        write_report(rows, Path(scratch), queue=[])
+        body = (Path(scratch) / "report.md").read_text()
+    report_md.write_text(f"{verdict}\n\n{body.rstrip()}\n\n{verdict}\n")
