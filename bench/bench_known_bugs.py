@@ -19,6 +19,10 @@ installed ``vllm`` package directory.  Without it each release's wheel is looked
 with ``pip download --no-deps`` when none has it.
 Needs the release environments (``python -m sim.crosscheck.envs``).
 
+A bug on a release without a model (``# scenario:`` header, e.g. vLLM #51094 reverted on
+0.28.0) runs its reproduction on the real schedulers instead (``knownbugs.detect_on_real``:
+the patched release, the release that ships it, and the unpatched control).
+
 Exit 0 every bug detected and every control clean; 1 a bug undetected or a control
 reporting a change; 2 bad input or missing sources (one ``error:`` line).
 """
@@ -42,6 +46,7 @@ from sim.crosscheck.knownbugs import (  # noqa: E402
     NEEDS_RELEASE,
     BugError,
     apply_patch,
+    detect_on_real,
     find_sources,
     load_bugs,
     release_tree,
@@ -95,6 +100,25 @@ def main(argv: list[str] | None = None) -> int:
                             "seconds": round(dt, 1), "scenarios": r.checked})
         for b in bugs:
             patch = f"`{b.patch.relative_to(ROOT)}`" if b.patch else "—"
+            if b.release not in modelled and b.scenario is not None:
+                # no model of the release: its reproduction on the real schedulers
+                # (the patched release, the stock host, the unpatched control)
+                found = detect_on_real(b, scratch)
+                for d in found:
+                    ok &= d.ok
+                    state = ("yes" if d.seen else "NO") if d.expect_broken else (
+                        "clean (ok)" if not d.seen else "BROKEN")
+                    shown = patch if d.label.startswith(f"vLLM {b.release} +") else "—"
+                    rows.append(f"| {b.name}: {d.label} | {shown} | {state} (real hit "
+                                f"{d.hit}, breaks {', '.join(d.broken) or 'nothing'}) | "
+                                f"{d.seconds:.1f} (light env, one scenario) | "
+                                f"`{b.scenario}` |")
+                    results.append({"bug": b.name, "run": d.label, "version": d.version,
+                                    "detected" if d.expect_broken else "clean":
+                                    d.seen if d.expect_broken else not d.seen,
+                                    "hit": d.hit, "breaks": list(d.broken),
+                                    "seconds": d.seconds})
+                continue
             if b.release not in modelled:
                 rows.append(f"| {b.what} | {patch} | not run: vLLM {b.release} is not "
                             f"modelled (modelled: {', '.join(modelled)}) | — | — |")

@@ -7,6 +7,7 @@ from pathlib import Path
 from model.evaluate import Outcome
 from model.layout import cdiv
 from model.layout_chunked import ChunkLayout
+from model.lookup_chunked import answer
 from model.scenario import Group, Scenario
 from model.semantics import get_semantics
 
@@ -123,9 +124,45 @@ def _tokens(n: int) -> str:
     return f"{n} token" + ("" if n == 1 else "s")
 
 
-COLORS = {"#": "#9acd32", ".": "#ffffff", "?": "#ffd700", "L": "#ffa500"}
+COLORS = {"#": "#9acd32", ".": "#ffffff", "?": "#ffd700", "L": "#ffa500", "P": "#87ceeb"}
 CELL_WORDS = {"#": "stored block", ".": "missing block", "?": "deferred block",
-              "L": "block being loaded"}
+              "L": "block being loaded", "P": "pending block"}
+# the chunked lookup (0.33.0): the store's answer for a chunk (lookup_chunked.answer)
+CHUNK_CELL = {"HIT": "#", "MISS": ".", "RETRY": "?", "HIT_PENDING": "P"}
+CHUNK_WORDS = {"#": "stored chunk (HIT)", ".": "missing chunk (MISS)",
+               "?": "chunk answering RETRY", "L": "chunk being loaded",
+               "P": "chunk answering HIT_PENDING"}
+
+
+def cells(s: Scenario, o: Outcome, i: int) -> list[tuple[int, int, str]]:
+    """Group ``i``'s offloaded units on the token axis: (first token, stop, cell mark).
+    The block lookup draws its offloaded blocks; the chunked one its chunks, each with the
+    store's answer for it."""
+    g = s.groups[i]
+    if isinstance(o.layout, ChunkLayout):
+        tpc = o.layout.groups[i].tokens_per_chunk
+        out = []
+        for c in range(s.num_tokens // tpc):
+            mark = "L" if c in g.being_loaded else CHUNK_CELL[answer(g, (c + 1) * tpc, tpc)]
+            out.append((c * tpc, (c + 1) * tpc, mark))
+        return out
+    obs = g.gpu_block_size * s.context_parallel_size * s.block_size_factor
+    return [(b * obs, (b + 1) * obs, _cell(g, b)) for b in range(s.num_tokens // obs)]
+
+
+def load_spans(s: Scenario, o: Outcome, i: int) -> list[tuple[int, int]]:
+    """The token ranges group ``i``'s load reads: offloaded blocks (block lookup) or keys,
+    each from its chunk's start to the token it ends at (chunked lookup; a partial-tail
+    key ends inside its chunk)."""
+    load = next((ld for ld in o.loads if ld.group == i), None)
+    if load is None:
+        return []
+    if isinstance(o.layout, ChunkLayout):
+        tpc = o.layout.groups[i].tokens_per_chunk
+        return [((e - 1) // tpc * tpc, e) for e in load.blocks]
+    g = s.groups[i]
+    obs = g.gpu_block_size * s.context_parallel_size * s.block_size_factor
+    return [(b * obs, (b + 1) * obs) for b in load.blocks]
 GPU_HIT, HIT, LARGER, BAD = "#8fbc8f", "#4682b4", "#9370db", "#d62728"
 
 
@@ -187,20 +224,22 @@ def draw_png(s: Scenario, o: Outcome, path: Path, title: str = "",
                                label=f"larger valid hit ({_tokens(larger)}, to token "
                                      f"{c + larger}) the lookup gave away"))
     loads = {load.group: load for load in o.loads}
+    chunked = isinstance(o.layout, ChunkLayout)
+    words = CHUNK_WORDS if chunked else CELL_WORDS
     for i, g in enumerate(s.groups):
         y = n - 1 - i
         obs = g.gpu_block_size * s.context_parallel_size * s.block_size_factor
-        for b in range(T // obs):
-            cell = _cell(g, b)
-            ax.add_patch(Rectangle((b * obs, y), obs, 0.6, facecolor=COLORS[cell],
+        for first, stop, cell in cells(s, o, i):
+            ax.add_patch(Rectangle((first, y), stop - first, 0.6, facecolor=COLORS[cell],
                                    edgecolor="black", lw=0.6))
             legend(cell, Patch(facecolor=COLORS[cell], edgecolor="black", lw=0.6,
-                               label=CELL_WORDS[cell]))
+                               label=words[cell]))
         load = loads.get(i)
         if load is not None:
-            for b in load.blocks:
-                ax.add_patch(Rectangle((b * obs, y - 0.15), obs, 0.1, color=HIT))
-                legend("load", Patch(color=HIT, label="block the load reads"))
+            for first, stop in load_spans(s, o, i):
+                ax.add_patch(Rectangle((first, y - 0.15), stop - first, 0.1, color=HIT))
+                legend("load", Patch(color=HIT, label="chunk (key) the load reads" if chunked
+                                     else "block the load reads"))
             if load.state_position is not None and g.restores_state:
                 bad = load.state_position != end
                 ax.plot([load.state_position], [y + 0.3], marker="v", ms=10,

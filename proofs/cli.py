@@ -18,7 +18,7 @@ import time
 
 from model.args import OneLineParser, bounded_float, bounded_int
 from model.semantics import MODEL_SEMANTICS as SEMANTICS
-from proofs.results import found_line, run_all
+from proofs.results import TABLE_HEADER, found_line, row_line, run_all
 from proofs.theorems import THEOREMS
 
 
@@ -94,13 +94,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tune_gc()
     t0 = time.monotonic()
+    # progress (a line per pair as it ends) on stderr; stdout opens with what the run
+    # found about vLLM, then the table, then the verdict on the expectations
     rows = run_all(args.theorem, args.semantics, args.timeout, not args.no_necessity,
-                   args.jobs)
+                   args.jobs, progress=sys.stderr)
     bad = [r for r in rows if not r.matches]
-    print(f"{time.monotonic() - t0:.1f}s")
     found = found_line(rows)
     if found:
         print(f"found: {found}")
+    print(TABLE_HEADER)
+    for r in rows:
+        print(row_line(r))
+    print(f"{time.monotonic() - t0:.1f}s")
     print(f"{'FAIL' if bad else 'PASS'}: {len(rows) - len(bad)} of {len(rows)} results "
           f"match their expectation ({scope(args)})")
     return 1 if bad else 0

@@ -224,11 +224,20 @@ def _work(item: Work) -> tuple[str, list[Row] | Any, float]:
     return label, out, time.process_time() - t0
 
 
-def _print_row(r: Row) -> None:
+TABLE_HEADER = (f"{'theorem':<20}{'semantics':<30}{'status':<16}{'expected':<10}"
+                f"{'match':<7}{'seconds':>8}")
+
+
+def row_line(r: Row) -> str:
+    """A pair's line of the results table (with its necessity checks below it)."""
     extra = "".join(f"\n    without {n.precondition}: {n.status} ({n.seconds:.1f}s)"
                     for n in r.necessity)
-    print(f"{r.theorem:<20}{r.semantics:<30}{r.verdict.status:<16}{r.expected:<10}"
-          f"{'yes' if r.matches else 'NO':<7}{r.verdict.seconds:>8.2f}{extra}", flush=True)
+    return (f"{r.theorem:<20}{r.semantics:<30}{r.verdict.status:<16}{r.expected:<10}"
+            f"{'yes' if r.matches else 'NO':<7}{r.verdict.seconds:>8.2f}{extra}")
+
+
+def _print_row(r: Row, progress: Any = None) -> None:
+    print(row_line(r), file=progress or sys.stdout, flush=True)
     if r.verdict.note and not r.matches:
         print(f"    {r.verdict.note}", file=sys.stderr, flush=True)
     if r.accepted is not None and r.accepted.note and not r.accepted_matches:
@@ -243,14 +252,14 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
             side: Sequence[Side] = (), results: dict[str, Any] | None = None,
             cpu: dict[str, float] | None = None,
             done_rows: Callable[[list[Row]], None] | None = None,
-            ends: list[float] | None = None) -> list[Row]:
+            ends: list[float] | None = None, progress: Any = None) -> list[Row]:
     """Every pair, ``jobs`` at a time (separate processes; or in ``pool``); a line per pair
     as it ends. The ``side`` tasks run in the same processes, their results put in
     ``results`` by name; ``cpu`` gets each group's (and side task's) CPU seconds;
     ``done_rows`` is called with each group's rows as they end; ``ends`` gets the time
-    (time.monotonic) each group or side task ended at, in order."""
-    print(f"{'theorem':<20}{'semantics':<30}{'status':<16}{'expected':<10}"
-          f"{'match':<7}{'seconds':>8}", flush=True)
+    (time.monotonic) each group or side task ended at, in order; the table's lines go to
+    ``progress`` (default stdout) as pairs end."""
+    print(TABLE_HEADER, file=progress or sys.stdout, flush=True)
     pairs = [(t, s, timeout_s, necessity) for t in theorems for s in semantics
              if THEOREMS[t].covers(s)]
     results = {} if results is None else results
@@ -298,7 +307,7 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
             else:
                 for r in out:
                     rows.append(r)
-                    _print_row(r)
+                    _print_row(r, progress)
                 if done_rows is not None:
                     done_rows(out)
             cpu[label] = seconds

@@ -29,11 +29,11 @@ from typing import Any
 from model.args import OneLineParser, output_dir
 from model.semantics import MODEL_SEMANTICS as SEMANTICS
 from proofs.cli import add_run_arguments, refuse, scope, tune_gc
-from proofs.results import Side, found_line, run_all
+from proofs.results import Row, Side, found_line, run_all
 from proofs.theorems import THEOREMS
 from publish.facts import FACT_PARTS, PAIR_FACTS, collect_facts, fact_part, facts_from_pairs
 from publish.names import PR_RELEASE
-from publish.report import Drawing, EarlyPictures, draw_all, write_report
+from publish.report import Drawing, EarlyPictures, draw_all, incomplete_report, write_report
 from publish.spec import write_spec
 from publish.staging import publish, publish_failed, staging, stamp
 
@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     # then every picture of the report and the spec at once
     pool = multiprocessing.Pool(args.jobs) if args.jobs > 1 else None
     found: str | None = None
+    # the pairs that finished, kept for the report of an interrupted run
+    finished: list[Row] = []
     try:
         tmp = staging(out)
         # a fact that a pair computes anyway is taken from its row (PAIR_FACTS)
@@ -89,9 +91,15 @@ def main(argv: list[str] | None = None) -> int:
         # each row's pictures go into the pool as the row ends (behind the pairs)
         scratch = tempfile.TemporaryDirectory(prefix="proofs-pictures-")
         early = EarlyPictures(pool, Path(scratch.name), full) if pool is not None else None
+
+        def done_rows(rows: list[Row]) -> None:
+            finished.extend(rows)
+            if early is not None:
+                early.rows(rows)
+
         rows = run_all(args.theorem, args.semantics, args.timeout, not args.no_necessity,
                        args.jobs, pool, side, facts, cpu,
-                       early.rows if early is not None else None, ends)
+                       done_rows, ends)
         t2 = time.monotonic()
         drawings: list[Drawing] = []
         write_report(rows, tmp, args.jobs, drawings)
@@ -120,8 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         why = str(e).splitlines()[0] if str(e) else ""
         verdict = (f"FAIL: the run did not complete ({type(e).__name__}"
                    f"{': ' + why if why else ''}; {scope(args)})")
+        if isinstance(e, KeyboardInterrupt) and finished:
+            verdict = (f"FAIL: INCOMPLETE: interrupted with {len(finished)} pairs finished, "
+                       f"listed below ({scope(args)})")
         try:
             publish_failed(tmp, out, verdict)
+            if isinstance(e, KeyboardInterrupt) and finished:
+                incomplete_report(finished, out / "report.md", verdict)
         except OSError as e2:
             print(f"--report: cannot write to {out} ({e2.strerror})", file=sys.stderr)
             return 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -165,19 +166,30 @@ def write_report(rows: Sequence[Row], out: Path, jobs: int = 1,
           "| theorem | semantics | over accepted layouts | expected | with preconditions "
           "| expected | matches | seconds |",
           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    # each scope is written once, below the table; a row names it by its number
+    scopes: dict[str, int] = {}
+
+    def scope_ref(text: str) -> str:
+        return f"scope {scopes.setdefault(text, len(scopes) + 1)}"
+
     for r in rows:
         names = ", ".join(f"`{p}`" for p in THEOREMS[r.theorem].pre(r.semantics))
         acc = (r.accepted or r.verdict).status
         av = r.accepted or r.verdict
         if verdict_scope(r.semantics, av):
-            acc += f" ({'' if av.scope else 'bounded: '}{verdict_scope(r.semantics, av)})"
+            acc += (f" ({'' if av.scope else 'bounded, '}"
+                    f"{scope_ref(verdict_scope(r.semantics, av) or '')})")
         with_pre = f"{r.verdict.status} ({names})" if names else "(none)"
         if names and r.accepted is not None and r.verdict.scope:
-            with_pre += f" ({r.verdict.scope})"
+            with_pre += f" ({scope_ref(r.verdict.scope)})"
         md.append(f"| {r.theorem} | {r.semantics} | {acc} | {r.accepted_expected} | "
                   f"{with_pre} | {r.expected if names else ''} | "
                   f"{'yes' if r.matches else 'NO'} | {r.verdict.seconds:.2f} |")
     md.append("")
+    if scopes:
+        md += ["Scopes named in the table:", ""]
+        md += [f"{n}. {text}" for text, n in scopes.items()]
+        md.append("")
     for name, thm in THEOREMS.items():
         md += [f"## {name}", "", thm.words, ""]
         release_pre = thm.pre(newest) if thm.covers(newest) else thm.preconditions
@@ -245,3 +257,12 @@ def write_report(rows: Sequence[Row], out: Path, jobs: int = 1,
     (out / "report.json").write_text(json.dumps(
         {"results": [row_json(r) for r in rows]}, indent=1) + "\n")
 
+
+
+def incomplete_report(rows: Sequence[Row], report_md: Path, verdict: str) -> None:
+    """An interrupted run's report.md: the pairs that finished, under ``verdict`` (an
+    INCOMPLETE FAIL) first and last; no report.json, so nothing reads it as a whole run."""
+    with tempfile.TemporaryDirectory(prefix="proofs-incomplete-") as scratch:
+        write_report(rows, Path(scratch), queue=[])
+        body = (Path(scratch) / "report.md").read_text()
+    report_md.write_text(f"{verdict}\n\n{body.rstrip()}\n\n{verdict}\n")

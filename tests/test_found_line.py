@@ -44,3 +44,17 @@ def test_report_opens_with_the_finding_then_the_verdict(tmp_path: Path) -> None:
     lines = md.read_text().splitlines()
     assert lines[0] == "found: vLLM X: t FAIL on layouts it accepts"
     assert lines[1] == "PASS: 1 of 1 results match" == lines[-1]
+
+
+def test_report_states_each_scope_once(tmp_path: Path) -> None:
+    """report.md names each verdict's scope by a number and writes its text once (issue
+    26), however many rows share it."""
+    from publish.report import write_report
+
+    scope = "every layout the release accepts (a test scope)"
+    rows = [Row(t, NEWEST.name, Verdict("PROVED", 0.0, scope=scope), "holds", ())
+            for t in ("termination", "leaves-last-token")]
+    write_report(rows, tmp_path, queue=[])
+    text = (tmp_path / "report.md").read_text()
+    assert text.count(scope) == 1
+    assert text.count("(scope 1)") == 2

@@ -78,4 +78,37 @@ def test_the_prover_cli_prints_verdicts_writes_nothing_and_fails_on_a_mismatch(
     lines = capsys.readouterr().out.splitlines()
     assert code == 1 and lines[-1].startswith("FAIL: 0 of 1 results match")
     assert any(line.startswith("whole-blocks") for line in lines)
+    # stdout opens with what the run found about vLLM (issue 26); progress went to stderr
+    version = vllm_0_24_0.SEMANTICS.base_version
+    assert lines[0] == f"found: vLLM {version}: no verdict for whole-blocks"
     assert not list(tmp_path.iterdir())
+
+
+def test_interrupted_run_keeps_its_finished_pairs_as_incomplete(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C after some pairs: report.md lists them under an INCOMPLETE FAIL (issue 26);
+    no report.json and none of an earlier run's artefacts."""
+    from proofs.check import Verdict
+    from proofs.results import Row
+
+    d = tmp_path / "report"
+    green(d)
+    row = Row("termination", V024, Verdict("PROVED", 0.1), "holds", ())
+
+    def interrupted(*args: object) -> None:
+        done = args[9]
+        assert callable(done)
+        done([row])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(publish_main, "run_all", interrupted)
+    code = publish_main.main(["--report", str(d), "--jobs", "1"])
+    assert code == 130
+    text = (d / "report.md").read_text()
+    lines = text.splitlines()
+    assert lines[0].startswith("FAIL: INCOMPLETE: interrupted with 1 pairs finished")
+    assert lines[-1] == lines[0]
+    assert "termination" in text and V024 in text
+    assert not (d / "report.json").exists() and not (d / "spec.md").exists()
+    assert capsys.readouterr().out.splitlines()[-1] == lines[0]

@@ -357,11 +357,26 @@ def main(argv: list[str] | None = None) -> int:
                     help="write the Markdown report here (default: stdout)")
     pr.add_argument("--no-corpus", action="store_true",
                     help="generated scenarios only (no seed case, no scenario files)")
+    bi = ap.add_argument_group(
+        "bisect", "run scenario files on every release's real scheduler, 0.23.0-0.33.0 "
+        "(light envs), and print the affected-releases table (sim/crosscheck/bisect.py); "
+        "--report F also writes it as Markdown; exit 0, 2 bad input (one error line)")
+    bi.add_argument("--bisect", nargs="+", metavar="FILE", default=None,
+                    help="scenario files")
+    bi.add_argument("--releases", default=None, metavar="V,V",
+                    help="only these releases (default: every release 0.23.0-0.33.0)")
+    bi.add_argument("--update-doc", type=Path, default=None, metavar="DOC",
+                    help="replace (or append) DOC's generated '## Affected releases' section")
+    bi.add_argument("--section", action="append", default=[], metavar="DOC=FILE[,FILE]",
+                    help="as --update-doc, with the tables of these --bisect files only "
+                    "(repeatable: one run fills several docs)")
     args = ap.parse_args(argv)
     if args.list_semantics:
         for line in semantics_lines():
             print(line)
         return 0
+    if args.bisect is not None:
+        return bisect_cli(args, argv)
     if args.vllm_source is not None:
         return pr_check(args)
     versions = [v.strip() for v in args.vllm.split(",") if v.strip()]
@@ -432,6 +447,79 @@ def main(argv: list[str] | None = None) -> int:
         _say("  " + line)
     _say("  result: " + ("DISAGREEMENTS (see above)" if failed else "all agree"))
     return 1 if failed else 0
+
+
+SECTION_START = "<!-- affected-releases: begin -->"
+SECTION_END = "<!-- affected-releases: end -->"
+
+
+def bisect_cli(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """``--bisect``: the affected-releases table; bad input -> one line, exit 2."""
+    import shlex
+
+    from sim.crosscheck.bisect import BisectError, load_files, parse_versions, render, run_bisect
+
+    sections: list[tuple[Path, list[int]]] = []
+    try:
+        versions = parse_versions(args.releases)
+        paths, _ = load_files(args.bisect)  # refused before any environment starts
+        if args.update_doc is not None:
+            sections.append((args.update_doc, list(range(len(paths)))))
+        index = {p.resolve(): i for i, p in enumerate(paths)}
+        for spec in args.section:
+            doc, sep, files = spec.partition("=")
+            if not sep or not files:
+                raise BisectError(f"--section: {spec!r} is not DOC=FILE[,FILE]")
+            picked = []
+            for f in files.split(","):
+                if Path(f).resolve() not in index:
+                    raise BisectError(f"--section: {f} is not one of the --bisect files")
+                picked.append(index[Path(f).resolve()])
+            sections.append((Path(doc), picked))
+        for doc, _ in sections:
+            if not doc.is_file():
+                raise BisectError(f"--update-doc/--section: {doc}: no such file")
+    except BisectError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    words = sys.argv[1:] if argv is None else argv
+    command = "python -m sim.crosscheck " + " ".join(shlex.quote(w) for w in words)
+    result = run_bisect(args.bisect, versions)
+    text = render(result, command=command, root=ROOT)
+    print(text)
+    if args.report is not None:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(text + "\n")
+        _say(f"report: {args.report}")
+    for doc, picked in sections:
+        update_doc(doc, render(result, command=command, root=ROOT, only=picked))
+        _say(f"updated: {doc} (## Affected releases)")
+    return 0
+
+
+def update_doc(doc: Path, table: str) -> None:
+    """Replace the doc's generated section (between the markers), or append it."""
+    body = (f"{SECTION_START}\n## Affected releases\n\n"
+            "*Generated* — do not edit by hand — by `python -m sim.crosscheck --bisect "
+            "FILE... --section DOC=FILE...` (the exact command is in the HTML comment "
+            "below and in docs/guide.md § Every release), on the real schedulers of every "
+            "release 0.23.0-0.33.0 (light environments, `sim/crosscheck/bisect.py`). "
+            "*start-up*: the release's own "
+            "start-up checks on the scenario's layout (its block sizes as given; whether a "
+            "real model configuration of that release plans such a layout is not asked "
+            "here); *breaks*: `model.invariants` on the real hit and load (and "
+            "`maximality` where the hit is below the file's `valid_hit`, a claim checked "
+            "on the 0.33.0 model). Releases without a model in `releases/` ran the real "
+            "scheduler only.\n\n"
+            f"{table}\n{SECTION_END}")
+    text = doc.read_text()
+    if SECTION_START in text and SECTION_END in text:
+        head, rest = text.split(SECTION_START, 1)
+        tail = rest.split(SECTION_END, 1)[1]
+        text = head + body + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + body + "\n"
+    doc.write_text(text)
 
 
 def pr_check(args: argparse.Namespace) -> int:

@@ -13,15 +13,15 @@ from sim.crosscheck.envs import ROOT, ensure_env
 from sim.crosscheck.mapping import fix_for, semantics_for
 
 HARNESS = Path(__file__).resolve().parent / "adapters" / "harness.py"
-# the chunked scheduler's API (LookupResult, chunks, the spec's config): vLLM 0.33.0, and
-# 0.32.0 with one guarded change (docs/releases-adapter-drafts.diff); 0.26.0-0.31.0 need
-# the rest of those drafts (branch bisect)
+# vLLM 0.26.0 reworked the scheduler's API (the spec built from an OffloadingConfig,
+# chunks); harness_chunked.py drives 0.26.0 - 0.33.0 (docs/releases.md § Adapters)
 HARNESS_V033 = Path(__file__).resolve().parent / "adapters" / "harness_chunked.py"
+CHUNKED_FROM = (0, 26)
 
 
 def harness_for(version: str) -> Path:
     major_minor = tuple(int(x) for x in version.split(".")[:2])
-    return HARNESS_V033 if major_minor >= (0, 32) else HARNESS
+    return HARNESS_V033 if major_minor >= CHUNKED_FROM else HARNESS
 
 
 class HarnessError(RuntimeError):
@@ -35,15 +35,23 @@ class RealScheduler:
     an alt semantics whose fix the harness applies (``mapping.REAL_FIXES``)."""
 
     def __init__(self, version: str, overlay: Path | None = None,
-                 semantics: str | None = None, harness: Path | None = None) -> None:
+                 semantics: str | None = None, harness: Path | None = None,
+                 python: Path | None = None) -> None:
         """``overlay``: a directory from ``tree.build_overlay``, put first on the
         harness's ``PYTHONPATH``; no bytecode is written (the release's env stays as is).
         ``harness``: another adapter speaking the same protocol (default: the
-        scheduler harness for ``version``), e.g. ``adapters/tier_manager.py``."""
+        scheduler harness for ``version``), e.g. ``adapters/tier_manager.py``.
+        ``python``: the interpreter to run the harness with (default: the release's full
+        env, ``ensure_env``); a release without a model runs as shipped (``semantics``
+        empty)."""
         self.version = version
-        self.semantics = semantics or semantics_for(version)
-        self.fix = fix_for(version, self.semantics)
-        python = ensure_env(version)
+        try:
+            own = semantics_for(version)
+        except ValueError:  # not modelled: the real scheduler only (the bisect)
+            own = ""
+        self.semantics = semantics or own
+        self.fix = fix_for(version, self.semantics) if self.semantics else None
+        python = python or ensure_env(version)
         env = dict(os.environ, PYTHONHASHSEED="0", VLLM_LOGGING_LEVEL="ERROR",
                    TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="",
                    CROSSCHECK_FIX=self.fix or "")

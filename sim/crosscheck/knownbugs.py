@@ -1,9 +1,15 @@
 """Known alignment bugs re-introduced as source patches (``bench/known_bugs/*.diff``).
 
 Each patch has header lines ``# bug:``, ``# release:``, ``# invariant:`` (the invariant
-the PR check must report broken).  ``release_tree`` copies what the PR check reads of a
-release (its overlaid paths and ``_version.py``) from an unpacked wheel, a ``.whl`` or
-an installed ``vllm`` package; ``apply_patch`` re-introduces a bug into such a copy.
+the PR check must report broken).  A bug on a release without a model also names
+``# scenario:`` (its reproduction) and optionally ``# stock:`` (a release that ships the
+bug): ``detect_on_real`` runs that scenario on the patched release's real scheduler (and
+on the stock host, and on the unpatched release as the control) and reads the invariant
+off the real answer (``sim/crosscheck/bisect.py``).
+
+``release_tree`` copies what the PR check reads of a release (its overlaid paths and
+``_version.py``) from an unpacked wheel, a ``.whl`` or an installed ``vllm`` package;
+``apply_patch`` re-introduces a bug into such a copy.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sim.crosscheck.envs import ROOT, venvs_dir
 from sim.crosscheck.tree import OVERLAY
@@ -25,7 +32,8 @@ class BugError(ValueError):
 
 
 BUGS_DIR = ROOT / "bench" / "known_bugs"
-# Known bugs that need a release the model does not cover yet: (name, what, release).
+# Known bugs that need a release the model does not cover yet and have no patch under
+# bench/known_bugs/ (a bug with a patch and a ``# scenario:`` runs on the real scheduler):
 # (name, what, first release with the fix, first release without the code path)
 NEEDS_RELEASE = [
     ("mamba-all-unrounded", 'vLLM #51094 reverted: mamba_cache_mode="all" not rounded '
@@ -45,6 +53,8 @@ class Bug:
     release: str
     invariant: str
     patch: Path | None
+    scenario: str | None = None  # the reproduction run on the real scheduler
+    stock: str | None = None  # a release that ships the bug
 
 
 def load_bugs() -> list[Bug]:
@@ -56,7 +66,8 @@ def load_bugs() -> list[Bug]:
                 break
             key, _, value = line[2:].partition(":")
             head[key.strip()] = value.strip()
-        bugs.append(Bug(p.stem, head["bug"], head["release"], head["invariant"], p))
+        bugs.append(Bug(p.stem, head["bug"], head["release"], head["invariant"], p,
+                        head.get("scenario"), head.get("stock")))
     return bugs
 
 
@@ -136,3 +147,70 @@ def apply_patch(patch: Path, tree: Path) -> None:
         raise BugError(f"{patch.name} does not apply: {(proc.stdout + proc.stderr).strip()}")
 
 
+
+
+@dataclass(frozen=True)
+class RealDetection:
+    label: str  # what ran: the patched release, the stock host, the control
+    version: str
+    hit: int | None
+    broken: tuple[str, ...]  # the invariants its real answer breaks
+    expect_broken: bool  # True: the bug must show; False: the control
+    seconds: float
+    invariant: str
+
+    @property
+    def seen(self) -> bool:
+        return self.invariant in self.broken
+
+    @property
+    def ok(self) -> bool:
+        return self.seen == self.expect_broken
+
+
+def detect_on_real(bug: Bug, scratch: Path) -> list[RealDetection]:
+    """Run the bug's scenario on the real schedulers (light envs): the release with the
+    patch applied (must break the invariant), the stock host if named (must break it) and
+    the unpatched release (the control: must not).  BugError on a missing header or a
+    patch that does not apply."""
+    import time
+
+    from sim.crosscheck import bisect, envs
+    from sim.crosscheck.client import RealScheduler
+
+    if bug.scenario is None or bug.patch is None:
+        raise BugError(f"{bug.name}: no '# scenario:' header or patch")
+    scen = ROOT / bug.scenario
+    patch = bug.patch
+    dest = scratch / f"{bug.name}-overlay"
+    try:
+        package = envs.light_package(bug.release)
+        if bug.stock:
+            envs.ensure_light_env(bug.stock)
+    except (RuntimeError, ValueError, OSError) as e:
+        raise BugError(f"{bug.name}: no environment: {str(e).splitlines()[0]}") from None
+    shutil.copytree(package, dest / "vllm", ignore=shutil.ignore_patterns("__pycache__"))
+    apply_patch(patch, dest)
+
+    def patched(version: str, cases: Any) -> list[dict[str, Any]]:
+        with RealScheduler(version, overlay=dest,
+                           python=envs.ensure_light_env(version)) as real:
+            return [real.run(c) for c in cases]
+
+    runs: list[tuple[str, str, bisect.Runner, bool]] = [
+        (f"vLLM {bug.release} + {patch.name}", bug.release, patched, True)]
+    if bug.stock:
+        runs.append((f"vLLM {bug.stock} as shipped (carries the bug)", bug.stock,
+                     bisect.light_runner, True))
+    runs.append((f"control: vLLM {bug.release} as shipped", bug.release,
+                 bisect.light_runner, False))
+    out = []
+    for label, version, runner, want in runs:
+        t0 = time.monotonic()
+        b = bisect.run_bisect([scen], versions=(version,), runner=runner, say=lambda m: None)
+        c = b.cells[(0, version)]
+        if c.error:
+            raise BugError(f"{bug.name}: {label}: {c.error}")
+        out.append(RealDetection(label, version, c.hit, c.breaks or (), want,
+                                 round(time.monotonic() - t0, 1), bug.invariant))
+    return out

@@ -1,8 +1,8 @@
-"""Issue 25 item 4 (prepared, not yet run on a device): a workload of >= 200 requests on
-finding 001's tiny NemotronH with a CPU tier sized to evict; the tier simulation
-(``sim.tier_sim``) predicts each request's hit, the state restored and whether the output
-can differ from cold; the real vLLM 0.33.0 engine's results are compared request by
-request (a confusion matrix).
+"""Issue 25 item 4 (run on an H200, results in ``sim/gpu/results/tier-workload/``): a
+workload of >= 200 requests on finding 001's tiny NemotronH with a CPU tier sized to
+evict; the tier simulation (``sim.tier_sim``) predicts each request's hit, the state
+restored and whether the output can differ from cold; the real vLLM 0.33.0 engine's
+results are compared request by request (a confusion matrix).
 
     # here (the project's Python): the workload and the predictions
     python sim/gpu/tier_workload.py predict --out P.json [--requests 240] [--seed 0]
@@ -13,7 +13,7 @@ request (a confusion matrix).
     VLLM_ENABLE_V1_MULTIPROCESSING=0 python3 sim/gpu/tier_workload.py run --model-dir M \\
         --workload P.json --out R.json
     # here: the comparison (exit 1 on a mismatch)
-    python sim/gpu/tier_workload.py compare --predicted P.json --real R.json
+    python sim/gpu/tier_workload.py compare --predicted P.json --real R.json [--json C.json]
 
 The engine runs finding_swa.py's settings (Triton declaring FlashInfer's kernel blocks:
 Mamba 48, window block 32; block 16 hashes) with the tier sized to ``--tier-chunks``.
@@ -83,13 +83,35 @@ def predict(out: str, requests: int, seed: int, workload: str, chunks: int,
 def run(model_dir: str, workload_path: str, out_path: str) -> int:
     from sim.gpu import finding_swa, probe_chunked
 
+    class WorkloadProbe(finding_swa.Probe):
+        """Also records, at each lookup, which of the request's keys the CPU tier held
+        (group:token the key ends at): what explains a hit the simulation did not
+        predict."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.held_at_lookup: dict[str, Any] = {}
+
+        def on_lookup(self, request: Any, num_computed: int, hit: Any, st: Any) -> None:
+            super().on_lookup(request, num_computed, hit, st)
+            if st is None:
+                return
+            try:
+                chunks = self.sched.manager._policy.chunks
+                self.held_at_lookup[request.request_id] = [
+                    f"{g}:{st.req_context.get_offload_key_position(k)}"
+                    for g, gs in enumerate(st.group_states) for k in gs.offload_keys
+                    if k in chunks]
+            except Exception as e:  # a record for the explanation, never a failed run
+                self.held_at_lookup[request.request_id] = f"{type(e).__name__}: {e}"
+
     with open(workload_path) as f:
         work = json.load(f)
     t0 = time.monotonic()
     result: dict[str, Any] = {"schema": SCHEMA, "workload": workload_path,
                               "tier_chunks": work["tier_chunks"], "requests": [],
                               "error": None}
-    probe = finding_swa.Probe()
+    probe = WorkloadProbe()
     try:
         import torch
         import vllm
@@ -128,6 +150,9 @@ def run(model_dir: str, workload_path: str, out_path: str) -> int:
                                                  "blocks_per_chunk": 1}))
         result["layout"] = {**probe.layout(sliding=True),
                             "tier_capacity": probe.sched.manager._policy.cache_capacity}
+        store_log: list[dict[str, Any]] = []
+        result["store_log"] = store_log
+        log_stores = log_prepare_store(probe.sched.manager, store_log)
         greedy = dict(temperature=0.0, ignore_eos=True, detokenize=False)
 
         def gen(tokens: list[int], n: int = OUTPUT_TOKENS) -> list[int]:
@@ -144,7 +169,9 @@ def run(model_dir: str, workload_path: str, out_path: str) -> int:
             if key not in cold:
                 reset(connector=True)
                 cold[key] = gen(row["tokens"])
+        print(f"{len(cold)} cold runs, {time.monotonic() - t0:.0f} s", flush=True)
         reset(connector=True)
+        log_stores[0] = True  # the workload pass only
         for i, row in enumerate(work["requests"]):
             reset()
             n_before = len(probe.hits)
@@ -153,13 +180,20 @@ def run(model_dir: str, workload_path: str, out_path: str) -> int:
             gen([1], 1)  # and its last stores complete
             req_id = [r for r in probe.hits][n_before] if len(probe.hits) > n_before else None
             hits = probe.hits.get(req_id, []) if req_id else []
+            ref = cold[json.dumps(row["tokens"])]
             result["requests"].append({
                 "rid": row["rid"], "request_id": req_id,
                 "hit": hits[-1][1] if hits else None,
                 "mamba_loads": probe.mamba_loads_of.get(req_id) if req_id else None,
-                "equal_to_cold": out == cold[json.dumps(row["tokens"])]})
+                "held_at_lookup": probe.held_at_lookup.get(req_id) if req_id else None,
+                "equal_to_cold": out == ref,
+                "first_diff": next((j for j, (x, y) in enumerate(zip(ref, out, strict=False))
+                                    if x != y), None),
+                "cold_tokens": ref, "tokens": out})
             if i % 20 == 0:
                 probe_chunked.dump(result, out_path, t0)
+                print(f"request {i + 1}/{len(work['requests'])}, "
+                      f"{time.monotonic() - t0:.0f} s", flush=True)
     except Exception as e:
         probe_chunked.record_error(result, e)
         probe_chunked.dump(result, out_path, t0)
@@ -169,9 +203,42 @@ def run(model_dir: str, workload_path: str, out_path: str) -> int:
     return 0
 
 
-def compare(predicted_path: str, real_path: str) -> int:
+def log_prepare_store(manager: Any, log: list[dict[str, Any]]) -> list[bool]:
+    """Wraps the CPU tier's ``prepare_store`` (cpu/manager.py:261) on ``manager``: each call
+    while the returned flag is set appends the request, the keys offered and what the tier
+    answered (None: refused; else the keys it will store and those it evicted), keys as
+    group:token they end at (from the offering request's context)."""
+    from vllm.v1.kv_offload.base import get_offload_group_idx
+
+    names: dict[Any, str] = {}
+    on = [False]
+    orig = manager.prepare_store
+
+    def name(key: Any) -> str:
+        return names.get(key, f"{get_offload_group_idx(key)}:?")
+
+    def logged(keys: Any, req_context: Any) -> Any:
+        keys = list(keys)
+        for k in keys:
+            names[k] = f"{get_offload_group_idx(k)}:{req_context.get_offload_key_position(k)}"
+        held = len(manager._policy.chunks)
+        out = orig(keys, req_context)
+        if on[0]:
+            log.append({"req": req_context.req_id, "offered": [name(k) for k in keys],
+                        "held_before": held,
+                        "answer": None if out is None else {
+                            "store": [name(k) for k in out.keys_to_store],
+                            "evicted": [name(k) for k in out.evicted_keys]}})
+        return out
+
+    manager.prepare_store = logged
+    return on
+
+
+def compare(predicted_path: str, real_path: str, json_out: str | None = None) -> int:
     """Per request: the predicted hit and state position against the real ones, and the
-    confusion matrix of "output differs from cold" (predicted x real)."""
+    confusion matrix of "output differs from cold" (predicted x real); with ``json_out``
+    also written there as JSON."""
     with open(predicted_path) as f:
         pred = {r["rid"]: r["predicted"] for r in json.load(f)["requests"]}
     with open(real_path) as f:
@@ -195,6 +262,17 @@ def compare(predicted_path: str, real_path: str) -> int:
     print(f"{len(real['requests'])} requests, {len(mismatches)} mismatches")
     for m in mismatches[:20]:
         print(f"  {json.dumps(m)}")
+    if json_out:
+        agree = sum(1 for row in real["requests"]
+                    if row["rid"] not in {m["rid"] for m in mismatches})
+        doc = {"schema": SCHEMA + "/compare", "predicted": predicted_path, "real": real_path,
+               "requests": len(real["requests"]), "agree": agree,
+               "confusion_predicted_x_real_differs": {
+                   f"predicted_{str(p).lower()}_real_{str(r).lower()}": n
+                   for (p, r), n in matrix.items()},
+               "mismatches": mismatches}
+        with open(json_out, "w") as f:
+            json.dump(doc, f, indent=1)
     return 1 if mismatches else 0
 
 
@@ -216,12 +294,13 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("compare")
     c.add_argument("--predicted", required=True)
     c.add_argument("--real", required=True)
+    c.add_argument("--json", default=None, help="also write the comparison here")
     a = ap.parse_args(argv)
     if a.cmd == "predict":
         return predict(a.out, a.requests, a.seed, a.workload, a.tier_chunks, a.policy,
                        a.semantics)
     if a.cmd == "compare":
-        return compare(a.predicted, a.real)
+        return compare(a.predicted, a.real, a.json)
     from sim.gpu import probe_chunked
 
     if not probe_chunked.in_process():

@@ -25,7 +25,9 @@ needs CUDA streams), and ``decode_context_parallel_size`` set on the built confi
 validation needs a tensor-parallel group).
 
 Version differences are feature-detected in ``Adapter`` (one small class), so the same
-file serves 0.23.0 and 0.24.0.
+file serves 0.23.0, 0.24.0 and 0.25.x (0.25.0: the manager answers ``LookupResult``,
+``OffloadingSpec.get_handlers`` became ``get_worker``, a load job names its
+``dst_spec``; docs/releases.md § Adapters).  From 0.26.0 on ``harness_chunked.py``.
 """
 
 from __future__ import annotations
@@ -88,6 +90,30 @@ class Adapter:
     # KVCacheGroupSpec.is_eagle_group exists in both pinned versions, but only the
     # 0.24.0 scheduler reads it (scheduler.py:169).
     has_eagle_field = "is_eagle_group" in getattr(KVCacheGroupSpec, "__dataclass_fields__", {})
+    # 0.25.0: OffloadingManager.lookup answers LookupResult (v1/kv_offload/base.py:56)
+    # instead of True / None / False
+    lookup_result = getattr(offload_base, "LookupResult", None)
+
+
+def _answer(store: dict[str, Any], i: int) -> Any:
+    """The stand-in manager's answer for offloaded block ``i`` of a group."""
+    stored = store["stored"] is None or i in store["stored"]
+    LR = Adapter.lookup_result
+    if LR is None:
+        # a pending block (a 0.33.0 field) is not ready yet: None, as the model answers it
+        # for releases before 0.33.0 (model/scenario.py Group.answer)
+        if i in store["deferred"] or i in store.get("pending", ()):
+            return None
+        return stored
+    if i in store["deferred"]:
+        return LR.RETRY
+    if i in store.get("pending", ()):
+        return LR.HIT_PENDING
+    return LR.HIT if stored else LR.MISS
+
+
+def _miss() -> Any:
+    return False if Adapter.lookup_result is None else Adapter.lookup_result.MISS
 
 
 class CpuSpec(offload_base.LoadStoreSpec):
@@ -100,14 +126,14 @@ class ScenarioManager(offload_base.OffloadingManager):
     """Stand-in manager: answers ``lookup`` from the scenario's store and records keys."""
 
     def __init__(self) -> None:
-        self.answers: dict[bytes, bool | None] = {}
+        self.answers: dict[bytes, Any] = {}
         self.names: dict[bytes, tuple[int, int]] = {}
         self.looked_up: list[bytes] = []
         self.loaded: list[bytes] | None = None
 
     def lookup(self, key, req_context):  # type: ignore[no-untyped-def]
         self.looked_up.append(key)
-        return self.answers.get(key, False)
+        return self.answers.get(key, _miss())
 
     def prepare_load(self, keys, req_context):  # type: ignore[no-untyped-def]
         self.loaded = list(keys)
@@ -129,6 +155,10 @@ class ScenarioSpec(offload_base.OffloadingSpec):
         return self.manager
 
     def get_handlers(self, kv_caches):  # type: ignore[no-untyped-def]
+        raise NotImplementedError("worker side is not exercised by the cross-check")
+
+    # 0.25.0 renamed get_handlers (an abstract method of OffloadingSpec)
+    def get_worker(self, kv_caches):  # type: ignore[no-untyped-def]
         raise NotImplementedError("worker side is not exercised by the cross-check")
 
 
@@ -250,13 +280,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     names = offload_keys(spec, request)
     manager.names = names
     for key, (g, i) in names.items():
-        store = case["store"][g]
-        # a pending block (a 0.33.0 field) is not ready yet: None, as the model answers it
-        # for releases before 0.33.0 (model/scenario.py Group.answer)
-        if i in store["deferred"] or i in store.get("pending", ()):
-            manager.answers[key] = None
-        else:
-            manager.answers[key] = store["stored"] is None or i in store["stored"]
+        manager.answers[key] = _answer(case["store"][g], i)
     if Adapter.has_on_new_request:
         scheduler.on_new_request(request)
     if case["being_loaded"] and scheduler._blocks_being_loaded is not None:
@@ -348,7 +372,9 @@ def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: Sc
     new_jobs = [j for j in scheduler._current_batch_load_jobs if j not in before]
     copies: list[list[list[int]]] | None = None
     if len(new_jobs) == 1:
-        _, dst_spec = scheduler._current_batch_load_jobs[new_jobs[0]].transfer_spec
+        job = scheduler._current_batch_load_jobs[new_jobs[0]]
+        # 0.25.0: TransferJob(src_spec=, dst_spec=) replaced transfer_spec
+        dst_spec = job.dst_spec if hasattr(job, "dst_spec") else job.transfer_spec[1]
         table = [[b.block_id for b in blocks]
                  for blocks in kvm.get_blocks(request.request_id).blocks]
         try:
@@ -421,7 +447,7 @@ def bench(case: dict[str, Any], n: int) -> dict[str, Any]:
     requests = [make_request(case, vllm_config, kv_cache_config, f"b{i}") for i in range(n)]
     names = offload_keys(spec, requests[0])
     for key in names:
-        manager.answers[key] = True
+        manager.answers[key] = True if Adapter.lookup_result is None else Adapter.lookup_result.HIT
     num_computed = case["num_computed_tokens"]
     hit = None
     per_call = []

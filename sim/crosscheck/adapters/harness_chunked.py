@@ -1,6 +1,16 @@
-"""Drives vLLM 0.33.0's real ``OffloadingConnectorScheduler``; runs INSIDE that release's
-virtual environment, never in the project's Python. Same protocol as ``harness.py``
-(info / run / bench / quit, one JSON object per line).
+"""Drives the real ``OffloadingConnectorScheduler`` of vLLM 0.26.0 - 0.33.0; runs INSIDE
+that release's virtual environment, never in the project's Python. Same protocol as
+``harness.py`` (info / run / bench / quit, one JSON object per line).
+
+Written for 0.33.0; the older releases of the same API generation differ in five places,
+each a feature check below (docs/releases.md § Adapters): the engine's
+``resolve_cache_hit_alignment_tokens`` exists from 0.32.0 (``HAS_ALIGN``);
+``get_num_new_matched_tokens`` takes ``max_num_new_tokens`` from 0.30.0 (``HAS_CAP``);
+``tokens_per_hash`` is on the spec, not on ``SchedulerOffloadConfig``, in 0.26.0/0.27.0;
+``partial_tail_boundary`` exists from 0.28.0; the stand-in ``model_config`` answers what
+``build_offloading_config`` / ``MambaModelConfig`` ask in these releases.
+``max_load_tokens`` rides on ``kv_transfer_params`` and is ignored before 0.31.0, as it
+should be.
 
 0.33.0 reworked the API, hence this separate adapter: the spec is built from an
 ``OffloadingConfig`` that the real ``build_offloading_config`` (offloading/config.py)
@@ -38,6 +48,10 @@ os.dup2(2, 1)
 sys.stdout = sys.stderr
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("PYTHONHASHSEED", "0")
+# use_v2_model_runner reads model_config fields the stand-in lacks (0.28.0 - 0.32.0)
+os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
+
+import inspect  # noqa: E402
 
 import torch  # noqa: E402
 import vllm  # noqa: E402
@@ -57,11 +71,11 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (  # 
 from vllm.model_executor.models.config import MambaModelConfig  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core import kv_cache_utils as _kcu  # noqa: E402
 from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager  # noqa: E402
 from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     get_request_block_hasher,
     init_none_hash,
-    resolve_cache_hit_alignment_tokens,
     resolve_kv_cache_block_sizes,
 )
 from vllm.v1.kv_cache_interface import (  # noqa: E402
@@ -85,6 +99,11 @@ if FIX is not None:
     apply_fix(FIX)  # exits naming an unknown fix
 
 VERSION = vllm.__version__
+# 0.32.0+: the engine resolves cache_hit_alignment_tokens
+HAS_ALIGN = hasattr(_kcu, "resolve_cache_hit_alignment_tokens")
+# 0.30.0+: the max_num_new_tokens cap is an argument of the lookup
+HAS_CAP = "max_num_new_tokens" in inspect.signature(
+    sched_mod.OffloadingConnectorScheduler.get_num_new_matched_tokens).parameters
 LR = offload_base.LookupResult
 FAKE_JOB_ID = 1 << 40
 
@@ -187,8 +206,9 @@ def build_configs(case: dict[str, Any]) -> tuple[Any, Any]:
     # v1/engine/core.py:356-370: the engine resolves these onto the config
     sched_bs, hash_bs = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
     kv_cache_config.hash_block_size = hash_bs
-    kv_cache_config.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
-        kv_cache_config, vllm_config, sched_bs, hash_bs)
+    if HAS_ALIGN:
+        kv_cache_config.cache_hit_alignment_tokens = _kcu.resolve_cache_hit_alignment_tokens(
+            kv_cache_config, vllm_config, sched_bs, hash_bs)
     return vllm_config, kv_cache_config
 
 
@@ -226,7 +246,13 @@ ASKS_KV_HEADS = tuple(int(x) for x in VERSION.split(".")[:2]) < (0, 33)
 
 def _model_config(case: dict[str, Any]) -> Any:
     """The stand-in model config (see the module doc)."""
-    extra: dict[str, Any] = {"get_total_num_kv_heads": lambda: 1} if ASKS_KV_HEADS else {}
+    # before 0.33.0 only (0.33.0 keeps its own stand-in): supports_mamba_prefix_caching so
+    # that MambaModelConfig keeps mode "all" (0.26.0 - 0.31.0); is_diffusion for
+    # use_v2_model_runner; get_total_num_kv_heads for the single-group parallelism check
+    # (0.28.0 - 0.32.0)
+    extra: dict[str, Any] = {"get_total_num_kv_heads": lambda: 1,
+                             "supports_mamba_prefix_caching": True,
+                             "is_diffusion": False} if ASKS_KV_HEADS else {}
     return SimpleNamespace(model="crosscheck", dtype=torch.float16, use_mla=False,
                            architecture="crosscheck",
                            max_model_len=case["prompt_tokens"] + 64, **extra)
@@ -240,12 +266,15 @@ def setup(case: dict[str, Any]) -> tuple[Any, Any, Any, ScenarioManager, Any]:
     manager = ScenarioManager()
     spec.manager = manager
     scheduler = sched_mod.OffloadingConnectorScheduler(spec, vllm_config, kv_cache_config)
+    # 0.26.0/0.27.0: tokens_per_hash is the spec's, not SchedulerOffloadConfig's
+    scheduler.crosscheck_tph = getattr(scheduler.config, "tokens_per_hash", None) or getattr(
+        spec, "tokens_per_hash", None)
     return vllm_config, kv_cache_config, spec, manager, scheduler
 
 
 def key_names(scheduler: Any, request: Any) -> dict[bytes, tuple[int, int]]:
     """Every key the request could be asked about: each hash position, each group."""
-    tph = scheduler.config.tokens_per_hash
+    tph = scheduler.crosscheck_tph
     names: dict[bytes, tuple[int, int]] = {}
     for cfg in scheduler.config.kv_group_configs:
         for i, h in enumerate(request.block_hashes):
@@ -295,8 +324,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     gc.disable()  # as timeit: no collection of other objects inside the timed call
     t0 = time.thread_time()
     try:
-        hit, load_async = scheduler.get_num_new_matched_tokens(
-            request, num_computed, max_num_new_tokens=case.get("max_num_new_tokens"))
+        kw = {"max_num_new_tokens": case.get("max_num_new_tokens")} if HAS_CAP else {}
+        hit, load_async = scheduler.get_num_new_matched_tokens(request, num_computed, **kw)
     except AssertionError as e:
         out["lookup_error"] = err(e)
         hit, load_async = None, False
@@ -306,7 +335,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     out["hit"] = hit
     out["async"] = bool(load_async)
     out["lookups"] = [list(names.get(k, (-1, -1))) for k in manager.looked_up]
-    out["tail_boundary"] = state.partial_tail_boundary
+    out["tail_boundary"] = getattr(state, "partial_tail_boundary", None)  # 0.28.0+
     if not any(gs.offload_keys for gs in state.group_states):
         state.update_offload_keys()
     # our chunk keys must be the scheduler's own (RequestOffloadState.offload_keys)

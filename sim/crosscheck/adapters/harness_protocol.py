@@ -24,6 +24,17 @@ def err(e: BaseException) -> str:
     return f"{type(e).__name__}{where}: {msg}"
 
 
+def compiled_vllm_modules() -> list[str]:
+    """The compiled extension modules of vLLM this process has imported (the light envs
+    carry none: docs/guide.md § Every release)."""
+    out = []
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, "__file__", None) or ""
+        if "/vllm/" in f and f.endswith((".so", ".pyd")):
+            out.append(name)
+    return sorted(out)
+
+
 def serve(out: IO[str], info: dict[str, Any],
           run_case: Callable[[dict[str, Any]], dict[str, Any]],
           bench: Callable[[dict[str, Any], int], dict[str, Any]]) -> None:
@@ -36,7 +47,7 @@ def serve(out: IO[str], info: dict[str, Any],
         op = msg.get("op")
         try:
             if op == "info":
-                reply: dict[str, Any] = info
+                reply: dict[str, Any] = dict(info, compiled=compiled_vllm_modules())
             elif op == "run":
                 reply = run_case(msg["case"])
             elif op == "bench":
