@@ -75,7 +75,10 @@ def test_the_prover_cli_prints_verdicts_writes_nothing_and_fails_on_a_mismatch(
     monkeypatch.chdir(tmp_path)
     code = main(["--timeout", "0.001", "--jobs", "1", "--semantics", V024,
                  "--theorem", "whole-blocks", "--no-necessity"])
-    lines = capsys.readouterr().out.splitlines()
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    # the progress line of the pair, as it ended, on stderr
+    assert any(line.startswith("whole-blocks") for line in captured.err.splitlines())
     assert code == 1 and lines[-1].startswith("FAIL: 0 of 1 results match")
     assert any(line.startswith("whole-blocks") for line in lines)
     # stdout opens with what the run found about vLLM (issue 26); progress went to stderr
