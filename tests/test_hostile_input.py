@@ -103,7 +103,11 @@ def test_loader_refuses_or_evaluates_quickly(raw: Any) -> None:
         assert last in {*FIELD_NAMES, *GROUP_NAMES, "scenario", "hit_tokens", "violations"} \
             or msg.endswith(")") and "unknown field" in msg, msg
         return
-    o = evaluate(s)  # never raises: refused, deferred or a hit
+    try:
+        o = evaluate(s)  # refused, deferred or a hit
+    except ScenarioError as e:  # a false valid_hit claim is refused by the model, one line
+        assert one_line(str(e)) and str(e).startswith("valid_hit: "), str(e)
+        return
     assert o.refused is None or one_line(o.refused)
     assert time.monotonic() - t0 < 5  # bounded by groups and listed blocks, not tokens
 
