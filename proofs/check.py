@@ -22,6 +22,7 @@ import z3
 
 from model.evaluate import evaluate
 from model.layout import Layout
+from model.layout_chunked import ChunkLayout
 from model.maximality import larger_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import Semantics, get_semantics
@@ -1038,13 +1039,26 @@ def counterexample(
 REFUTED_LAYERED_MS = 20_000
 
 
+def has_partial_tails(scenario: dict[str, Any]) -> bool | None:
+    """Whether ``model/`` gives the counterexample's layout partial tails (None: it has no
+    layout, so the question is left open)."""
+    o = evaluate(parse_scenario(scenario), enforce=False)
+    layout = o.layout
+    if not isinstance(layout, ChunkLayout):
+        return None
+    return layout.supports_partial_tail
+
+
 def layered_proves_false(
-    thm_name: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
+    thm_name: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int,
+    counterexample: dict[str, Any] | None = None,
 ) -> str | None:
     """For a statement the bounded search refuted (a necessity row, or a row over the
     layouts the release accepts expected to fail): why the layered proof is vacuous when
-    it proves it anyway, over every layout (its complete-chunk proof and, where it covers
-    the theorem, its partial-tail proof), else None. Issue 23: a vacuous layered proof
+    it proves it anyway, else None. The complete-chunk proof covers the layouts with
+    partial tails off: proving a statement whose counterexample has partial tails off is
+    vacuous by itself; a counterexample with partial tails on (or one whose tails are not
+    known) needs the partial-tail proof closing too. Issue 23: a vacuous layered proof
     cannot pass unnoticed."""
     from proofs import layers_chunked, tail_layers_chunked
 
@@ -1054,12 +1068,16 @@ def layered_proves_false(
     status, _, _ = layers_chunked.prove(thm_name, sem, assumed, budget)
     if status != "PROVED":
         return None
-    if not tail_layers_chunked.covers(thm_name):
-        return None  # the counterexample may have partial tails on
-    if tail_layers_chunked.prove(thm_name, budget, sem, assumed)[0] != "PROVED":
-        return None  # likewise
+    tails = has_partial_tails(counterexample) if counterexample is not None else None
+    if tails is not False:
+        if not tail_layers_chunked.covers(thm_name):
+            return None  # the counterexample may have partial tails on
+        if tail_layers_chunked.prove(thm_name, budget, sem, assumed)[0] != "PROVED":
+            return None  # likewise
+    where = "with partial tails off" if tails is False else "over every layout"
     return (f"the layered proof (proofs/layers_chunked.py) proves {thm_name} under "
-            f"{', '.join(assumed) or 'no precondition'}, which has a counterexample: vacuous")
+            f"{', '.join(assumed) or 'no precondition'} {where}, where it has a "
+            "counterexample: vacuous")
 
 
 def check(
@@ -1092,7 +1110,8 @@ def check(
                 return v
         chunk_verdict = check_chunked.check(thm_name, sem_name, assumed, timeout_ms)
         if search_first and chunk_verdict.status == "COUNTEREXAMPLE":
-            vacuous = layered_proves_false(thm_name, sem, assumed, timeout_ms)
+            vacuous = layered_proves_false(thm_name, sem, assumed, timeout_ms,
+                                           chunk_verdict.counterexample)
             if vacuous is not None:
                 return Verdict("UNKNOWN", chunk_verdict.seconds, chunk_verdict.counterexample,
                                vacuous)
