@@ -42,6 +42,15 @@ class ChunkSteps:
     # whether EAGLE groups keep partial tails, keyed past the boundary by their proof
     # margins (start-up, :283-293, :610-624); without, any EAGLE group turns tails off
     tail_eagle: bool = True
+    # start-up switches of older releases (0.33.0's behaviour by default):
+    # Mamba cache mode "all" exists (0.28.0-0.31.0): accepted with prefix caching on, and
+    # its groups join the Mamba align size (0.31.0's scheduler.py:167-170)
+    mamba_all: bool = False
+    # GPU prefix hits may land on the hash size (kv_cache_utils.py:762, 921; from 0.32.0)
+    fine_gpu_hits: bool = True
+    # a single group refuses a prefix_match_unit other than its block (kv_cache_utils.py:
+    # 847-853; from 0.32.0; before, it is ignored)
+    single_group_hash_check: bool = True
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,11 @@ def _chunked_extras(draw: st.DrawFn, out: dict[str, Any], chunks: bool = True
             # 0.33.0 ties the mode to prefix caching (models/config.py:764, 781)
             on = out.get("enable_prefix_caching", True)
             g["mamba_cache_mode"] = "align" if on else "none"
+    if (releases.get(out["semantics"]).steps.mamba_all
+            and out.get("enable_prefix_caching", True) and _chance(draw, 0.5)):
+        for g in out["groups"]:  # 0.28.0-0.31.0 keep mode "all" (one mode per engine)
+            if g["kind"] == "mamba":
+                g["mamba_cache_mode"] = "all"
     if not out.get("enable_prefix_caching", True) and _chance(draw, 0.9):
         out["num_computed_tokens"] = 0  # no GPU prefix hit without prefix caching
     if _chance(draw, 0.15):
