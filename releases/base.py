@@ -51,6 +51,11 @@ class ChunkSteps:
     # a single group refuses a prefix_match_unit other than its block (kv_cache_utils.py:
     # 847-853; from 0.32.0; before, it is ignored)
     single_group_hash_check: bool = True
+    # the request caps exist: the max_num_new_tokens argument (:863, :1095; from 0.30.0)
+    # and kv_transfer_params["max_load_tokens"] (:385, :867, :917, :1097; from 0.31.0).
+    # A release without one refuses the scenario field (model.evaluate)
+    cap_new_tokens: bool = True
+    cap_load_tokens: bool = True
 
 
 @dataclass(frozen=True)

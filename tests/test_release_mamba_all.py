@@ -16,7 +16,7 @@ import pytest
 import releases
 from model.evaluate import evaluate
 from model.layout_chunked import resolve_layout
-from model.scenario import load_scenario_file, parse_scenario
+from model.scenario import ScenarioError, load_scenario_file, parse_scenario
 from releases import vllm_0_31_0, vllm_0_32_0
 from releases.base import ChunkSteps
 
@@ -109,3 +109,20 @@ CASES = [
 def test_answers_on_hand_made_scenarios(path: Path, real_hit: int) -> None:
     o = evaluate(load_scenario_file(path), OLD.name)
     assert o.refused is None and o.hit_tokens == real_hit
+
+
+@pytest.mark.parametrize("version", ["0.30.0", "0.31.0", "0.32.0", "0.33.0"])
+def test_caps_only_where_the_release_has_them(version: str) -> None:
+    """A cap the release's scheduler lacks is refused in one line naming the field
+    (``max_load_tokens`` from 0.31.0 on; ``max_num_new_tokens`` from 0.30.0 on)."""
+    sem = releases.by_version(version)
+    for field, has in (("max_num_new_tokens", sem.steps.cap_new_tokens),
+                       ("max_load_tokens", sem.steps.cap_load_tokens)):
+        s = parse_scenario(_scenario(FULL, **{"semantics": sem.name, field: 32}))
+        if has:
+            assert evaluate(s).hit_tokens == 32
+        else:
+            with pytest.raises(ScenarioError, match=rf"^{field}: ") as e:
+                evaluate(s)
+            assert "\n" not in str(e.value)
+    assert sem.steps.cap_load_tokens == (version != "0.30.0")
