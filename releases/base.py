@@ -56,6 +56,14 @@ class ChunkSteps:
     # A release without one refuses the scenario field (model.evaluate)
     cap_new_tokens: bool = True
     cap_load_tokens: bool = True
+    # every unverified EAGLE group queries one more chunk (:936; from 0.30.0); before,
+    # only sliding-window groups do (0.29.0's scheduler.py:762)
+    eagle_query_all: bool = True
+    # sliding windows use the load window (from 0.30.0): the first run's initial window
+    # (:964-972), HIT_PENDING defers only in the run that decides (:824-847) and the
+    # being-loaded slice (:1027); before, the plain window everywhere and any scanned
+    # HIT_PENDING defers (0.29.0's scheduler.py:633-664, :847-849)
+    load_windows: bool = True
 
 
 @dataclass(frozen=True)
