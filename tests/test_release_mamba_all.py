@@ -118,7 +118,9 @@ def test_caps_only_where_the_release_has_them(version: str) -> None:
     sem = releases.by_version(version)
     for field, has in (("max_num_new_tokens", sem.steps.cap_new_tokens),
                        ("max_load_tokens", sem.steps.cap_load_tokens)):
-        s = parse_scenario(_scenario(FULL, **{"semantics": sem.name, field: 32}))
+        raw = _scenario(FULL)
+        raw.update({"semantics": sem.name, field: 32})
+        s = parse_scenario(raw)
         if has:
             assert evaluate(s).hit_tokens == 32
         else:
