@@ -80,6 +80,11 @@ def _evaluate_chunked(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
         if getattr(s, name) != unset:
             raise ScenarioError(f"{name}: not modelled for {sem.name} (the {CHUNKED_MODEL} "
                                 "model covers new requests without context parallelism)")
+    for name, has in (("max_num_new_tokens", sem.steps.cap_new_tokens),
+                      ("max_load_tokens", sem.steps.cap_load_tokens)):
+        if getattr(s, name) is not None and not has:
+            raise ScenarioError(f"{name}: not a cap of {sem.name} (its scheduler has no "
+                                "such request cap)")
     try:
         layout = layout_chunked.resolve_layout(s, sem.steps, sem.base_version)
         if s.prompt_tokens // layout.tokens_per_hash > MAX_V033_HASHES:

@@ -83,14 +83,16 @@ class ChunkLayout:
         return boundary + self.eagle_proof_margins.get(group, 0)
 
 
-def resolve_block_sizes(s: Scenario, version: str = V) -> tuple[int, int]:
+def resolve_block_sizes(s: Scenario, version: str = V,
+                        single_group_check: bool = True) -> tuple[int, int]:
     """``resolve_kv_cache_block_sizes`` (kv_cache_utils.py:816): (scheduler block size,
     tokens_per_hash) for a connector-enabled engine; the scenario's ``hash_block_size``
-    is ``cache_config.prefix_match_unit``."""
+    is ``cache_config.prefix_match_unit`` (``single_group_check``: a single group
+    refuses another one, ``ChunkSteps.single_group_hash_check``)."""
     sizes = [g.gpu_block_size for g in s.groups]
     if len(sizes) <= 1:  # kv_cache_utils.py:840
         bs = sizes[0]
-        if s.hash_block_size not in (None, bs):  # kv_cache_utils.py:847-853
+        if single_group_check and s.hash_block_size not in (None, bs):  # :847-853
             raise Refused(_cite(version, "hash_single_group"),
                           f"prefix_match_unit (hash_block_size) {s.hash_block_size} differs "
                           f"from the single group's block size {bs}")
@@ -136,19 +138,28 @@ def _blocks_per_chunk(s: Scenario, version: str = V) -> int:
     return s.block_size_factor  # config.py:150
 
 
-def check_mamba_modes(s: Scenario, version: str = V) -> None:
+def check_mamba_modes(s: Scenario, version: str = V, mode_all: bool = False) -> None:
     """0.33.0 ties the Mamba cache mode to prefix caching: mode "all" is gone
     (``MambaCacheMode``, config/cache.py:176); ``MambaModelConfig`` turns "none" into
     "align" when prefix caching is on and "align" into "none" when it is off
     (model_executor/models/config.py:764, 781), and ``MambaManager`` asserts align
-    whenever caching is on (v1/core/single_type_kv_cache_manager.py:1442)."""
+    whenever caching is on (v1/core/single_type_kv_cache_manager.py:1442). With
+    ``mode_all`` (0.28.0-0.31.0, ``ChunkSteps.mamba_all``) "all" is a mode, kept with
+    prefix caching on (0.31.0's models/config.py:649: the cross-check's model supports
+    Mamba prefix caching) and turned into "none" with it off."""
+    on_modes = ("align", "all") if mode_all else ("align",)
+    modes = [g.mamba_cache_mode for g in s.groups if g.kind == "mamba"]
+    if mode_all and len(set(modes)) > 1:  # one CacheConfig.mamba_cache_mode (cache.py:190)
+        raise Refused(_cite(version, "mamba_mode_field"),
+                      f"groups[*].mamba_cache_mode: {version} runs every Mamba group in "
+                      f"the one mode of cache_config.mamba_cache_mode, not {modes}")
     for i, g in enumerate(s.groups):
         if g.kind != "mamba":
             continue
-        if g.mamba_cache_mode == "all":
+        if g.mamba_cache_mode == "all" and not mode_all:
             raise Refused(_cite(version, "mamba_modes"),
                           f"groups[{i}].mamba_cache_mode: 'all' is not a mode of {version}")
-        if s.enable_prefix_caching and g.mamba_cache_mode != "align":
+        if s.enable_prefix_caching and g.mamba_cache_mode not in on_modes:
             raise Refused(_cite(version, "mamba_mode_align_on"),
                           f"groups[{i}].mamba_cache_mode: with prefix caching on {version} "
                           "runs Mamba in mode 'align'")
@@ -165,8 +176,9 @@ def resolve_layout(s: Scenario, steps: ChunkSteps | None = None,
     ``steps``: the release's overridable steps (``tail_eagle``: whether EAGLE groups keep
     partial tails); ``version``: the release whose lines the refusals cite."""
     steps = steps or ChunkSteps()
-    check_mamba_modes(s, version)
-    scheduler_block_size, tph = resolve_block_sizes(s, version)
+    check_mamba_modes(s, version, steps.mamba_all)
+    scheduler_block_size, tph = resolve_block_sizes(s, version,
+                                                    steps.single_group_hash_check)
     for g in s.groups:  # config.py:113
         if g.gpu_block_size % tph:
             raise Refused(_cite(version, "hash_divides"),
@@ -194,7 +206,9 @@ def resolve_layout(s: Scenario, steps: ChunkSteps | None = None,
     windowed = [c.group_idx for c in groups if c.sliding_window_size_in_chunks is not None]
     # scheduler.py:588: windowed groups by window size, largest first (stable sort)
     windowed.sort(key=lambda i: groups[i].sliding_window_size_in_chunks or 0, reverse=True)
-    align = [c for c in groups if c.requires_cow_source]
+    # scheduler.py:151: Mamba groups in mode "align" (0.31.0 :167-170: "align" or "all")
+    align = [c for c in groups if c.requires_cow_source
+             or (steps.mamba_all and c.mamba_cache_mode == "all")]
     if len({c.tokens_per_chunk for c in align}) > 1:  # scheduler.py:153
         raise Refused(_cite(version, "mamba_align_assert"),
                       "Mamba align groups disagree on the offloaded chunk size "
@@ -213,8 +227,9 @@ def resolve_layout(s: Scenario, steps: ChunkSteps | None = None,
     )
     ptbs = groups[0].tokens_per_block if supports_partial_tail else 0  # scheduler.py:597
     # core.py:359 / kv_cache_utils.py:921: the granularity of GPU prefix-cache hits
-    alignment = scheduler_block_size
-    if s.enable_prefix_caching and len(groups) > 1 and _partial_hash_hits(s, tph, True):
+    alignment = scheduler_block_size  # (before 0.32.0 always: steps.fine_gpu_hits)
+    if (steps.fine_gpu_hits and s.enable_prefix_caching and len(groups) > 1
+            and _partial_hash_hits(s, tph, True)):
         alignment = tph
     margins: dict[int, int] = {}
     if supports_partial_tail:  # scheduler.py:610: EAGLE proof margin per attention group

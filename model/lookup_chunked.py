@@ -87,12 +87,14 @@ def _maximal_prefix_lookup(mgr: _Manager, group: int, chunks: range) -> int | No
 
 
 def _sliding_window_lookup(mgr: _Manager, group: int, chunks: range, window: int,
-                           initial_window: int | None) -> int | None:
+                           initial_window: int | None, pending_anywhere: bool = False
+                           ) -> int | None:
     # scheduler.py:805: from the end, the last run of `window` hits; the first run may
     # need `initial_window` (a partial right edge); returns its end index in `chunks`.
     # A HIT or HIT_PENDING extends a run (:822, :824); a RETRY (:830) or MISS (:838)
     # ends it (RETRY defers) and resets the required window; HIT_PENDING in the run
-    # that decides defers. By runs: from one break to the next below it.
+    # that decides defers (``pending_anywhere``, 0.29.0: any scanned HIT_PENDING defers).
+    # By runs: from one break to the next below it.
     lo, hi = chunks.start, chunks.stop
     ans = mgr.answers(group)
     required_window = initial_window or window  # scheduler.py:819
@@ -103,12 +105,12 @@ def _sliding_window_lookup(mgr: _Manager, group: int, chunks: range, window: int
         if top - 1 - brk >= required_window:  # scheduler.py:843
             idx = top - required_window
             mgr.scanned(group, hi - 1, idx)
-            pending_in_window = meets(ans.pending, idx, top)
+            pending_in_window = meets(ans.pending, idx, hi if pending_anywhere else top)
             return None if defer_lookup or pending_in_window else idx - lo + required_window
         if brk < lo:  # scheduler.py:847: the scan reached the start
             if hi > lo:
                 mgr.scanned(group, hi - 1, lo)
-            pending_in_window = meets(ans.pending, lo, top)
+            pending_in_window = meets(ans.pending, lo, hi if pending_anywhere else top)
             return None if defer_lookup or pending_in_window else top - lo
         defer_lookup |= brk in ans.retry
         required_window = window
@@ -185,7 +187,8 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
                 return 0, f"group {group_idx}: less than one chunk ({tpc} tokens) left"
             window = cfg.sliding_window_size_in_chunks
             query_max = max_hit_size_tokens
-            if is_eagle_unverified:  # scheduler.py:936: every EAGLE group queries one more
+            # scheduler.py:936: every EAGLE group queries one more (0.29.0: windows only)
+            if is_eagle_unverified and (sem.steps.eagle_query_all or window is not None):
                 query_max = min(max_hit_size_tokens + tpc, num_keys[group_idx] * tpc)
             num_chunks = min(cdiv(query_max, tpc), num_keys[group_idx])  # scheduler.py:942
             start_chunk_idx = num_computed_tokens // tpc  # scheduler.py:943
@@ -201,9 +204,10 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
                     max_hit_size_tokens, (num_chunks - int(is_eagle_unverified)) * tpc)
                 initial_window = cfg.load_window_size_in_chunks(candidate_end)  # :968
                 assert initial_window is not None
-                num_hit_chunks = _sliding_window_lookup(
+                num_hit_chunks = _sliding_window_lookup(  # scheduler.py:972
                     mgr, group_idx, chunks, required_window,
-                    initial_window + int(is_eagle_unverified))  # scheduler.py:972
+                    initial_window + int(is_eagle_unverified) if sem.steps.load_windows
+                    else None, pending_anywhere=not sem.steps.load_windows)
             queried = (chunks.start, chunks.stop)
             if num_hit_chunks == 0:  # scheduler.py:978
                 st.steps.append(Step(st.passes, group_idx, before, queried, 0,
@@ -250,7 +254,8 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
         end = num_computed_tokens + num_hit_tokens
         for cfg, g in zip(layout.groups, s.groups, strict=True):
             tpc = cfg.tokens_per_chunk
-            window = cfg.load_window_size_in_chunks(end)  # scheduler.py:1027
+            window = (cfg.load_window_size_in_chunks(end)  # scheduler.py:1027
+                      if sem.steps.load_windows else cfg.sliding_window_size_in_chunks)
             # offload_keys[start:num_chunks] (scheduler.py:1035): the slice stops at the
             # last key the request has
             hit_chunks = range(num_computed_tokens // tpc,

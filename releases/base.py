@@ -42,6 +42,28 @@ class ChunkSteps:
     # whether EAGLE groups keep partial tails, keyed past the boundary by their proof
     # margins (start-up, :283-293, :610-624); without, any EAGLE group turns tails off
     tail_eagle: bool = True
+    # start-up switches of older releases (0.33.0's behaviour by default):
+    # Mamba cache mode "all" exists (0.28.0-0.31.0): accepted with prefix caching on, and
+    # its groups join the Mamba align size (0.31.0's scheduler.py:167-170)
+    mamba_all: bool = False
+    # GPU prefix hits may land on the hash size (kv_cache_utils.py:762, 921; from 0.32.0)
+    fine_gpu_hits: bool = True
+    # a single group refuses a prefix_match_unit other than its block (kv_cache_utils.py:
+    # 847-853; from 0.32.0; before, it is ignored)
+    single_group_hash_check: bool = True
+    # the request caps exist: the max_num_new_tokens argument (:863, :1095; from 0.30.0)
+    # and kv_transfer_params["max_load_tokens"] (:385, :867, :917, :1097; from 0.31.0).
+    # A release without one refuses the scenario field (model.evaluate)
+    cap_new_tokens: bool = True
+    cap_load_tokens: bool = True
+    # every unverified EAGLE group queries one more chunk (:936; from 0.30.0); before,
+    # only sliding-window groups do (0.29.0's scheduler.py:762)
+    eagle_query_all: bool = True
+    # sliding windows use the load window (from 0.30.0): the first run's initial window
+    # (:964-972), HIT_PENDING defers only in the run that decides (:824-847) and the
+    # being-loaded slice (:1027); before, the plain window everywhere and any scanned
+    # HIT_PENDING defers (0.29.0's scheduler.py:633-664, :847-849)
+    load_windows: bool = True
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def test_the_release_is_a_delta_of_0_33_0() -> None:
     assert OLD is vllm_0_32_0.SEMANTICS and NEW is vllm_0_33_0.SEMANTICS
     assert OLD.parent == NEW.name and OLD.kind == "release" and OLD.family == "chunked"
     assert releases.reference("chunked") is NEW  # the family's model follows 0.33.0
-    assert releases.releases("chunked") == (OLD.name, NEW.name)  # oldest first
+    assert releases.releases("chunked")[-2:] == (OLD.name, NEW.name)  # oldest first
     assert releases.newest("chunked") is NEW
     # only the partial tail's steps differ from the parent's
     changed = {f.name for f in fields(ChunkSteps)

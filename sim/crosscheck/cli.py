@@ -35,7 +35,7 @@ from model.semantics import get_semantics
 from releases import vllm_0_23_0, vllm_0_24_0, vllm_0_33_0
 from sim.crosscheck.client import RealScheduler
 from sim.crosscheck.compare import Verdict, compare, model_view
-from sim.crosscheck.envs import ROOT, VERSIONS
+from sim.crosscheck.envs import ROOT, VERSIONS, ensure_light_env
 from sim.crosscheck.mapping import fix_for, semantics_for, to_case
 from sim.crosscheck.shrink import shrink, signature
 
@@ -130,6 +130,8 @@ def v033_dims(s: Scenario, result: dict[str, Any]) -> list[str]:
         out.append("caps")
     if any(g.stored is not None for g in s.groups):
         out.append("evicted keys")
+    if any(g.mamba_cache_mode == "all" for g in s.groups):
+        out.append("Mamba mode all")  # accepted by 0.28.0-0.31.0 only
     sem = get_semantics(s.semantics)
     if sem.kind == "fix":
         # a fix's semantics: where the fixed real scheduler differs from the release itself
@@ -336,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="calls for the fixed benchmark (0 skips it)")
     ap.add_argument("--no-lookups", action="store_true",
                     help="do not compare the order of manager.lookup calls")
+    ap.add_argument("--light", action="store_true",
+                    help="run each release in its light environment (shared base + the "
+                    "release's .py files, sim/crosscheck/envs.py) instead of its full one")
     ap.add_argument("--list-semantics", action="store_true",
                     help="list every registered semantics (releases/, OLC_SEMANTICS "
                     "plugins too) with the vLLM release it is checked against and its "
@@ -403,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     for version in versions:
         t0 = time.monotonic()
         _say(f"== vLLM {version}: starting the real scheduler")
-        with RealScheduler(version, semantics=args.semantics) as real:
+        python = ensure_light_env(version) if args.light else None
+        with RealScheduler(version, semantics=args.semantics, python=python) as real:
             _say(f"  harness up in {time.monotonic() - t0:.0f}s" + (
                 f"; model {real.semantics} vs real {version} with fix {real.fix}"
                 if real.fix else ""))

@@ -152,11 +152,17 @@ def _chunked_extras(draw: st.DrawFn, out: dict[str, Any], chunks: bool = True
             # 0.33.0 ties the mode to prefix caching (models/config.py:764, 781)
             on = out.get("enable_prefix_caching", True)
             g["mamba_cache_mode"] = "align" if on else "none"
+    if (releases.get(out["semantics"]).steps.mamba_all
+            and out.get("enable_prefix_caching", True) and _chance(draw, 0.5)):
+        for g in out["groups"]:  # 0.28.0-0.31.0 keep mode "all" (one mode per engine)
+            if g["kind"] == "mamba":
+                g["mamba_cache_mode"] = "all"
     if not out.get("enable_prefix_caching", True) and _chance(draw, 0.9):
         out["num_computed_tokens"] = 0  # no GPU prefix hit without prefix caching
-    if _chance(draw, 0.15):
+    caps = releases.get(out["semantics"]).steps  # only the caps the release has
+    if caps.cap_new_tokens and _chance(draw, 0.15):
         out["max_num_new_tokens"] = draw(st.integers(0, prompt))
-    if _chance(draw, 0.15):
+    if caps.cap_load_tokens and _chance(draw, 0.15):
         out["max_load_tokens"] = draw(st.integers(0, prompt))
     return out
 
