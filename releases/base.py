@@ -42,6 +42,11 @@ class ChunkSteps:
     # whether EAGLE groups keep partial tails, keyed past the boundary by their proof
     # margins (start-up, :283-293, :610-624); without, any EAGLE group turns tails off
     tail_eagle: bool = True
+    # whether GPU prefix hits land at the hash block when fine-grained hits are on
+    # (cache_hit_alignment_tokens, kv_cache_utils.py:921; 0.32.0 on, C11 of
+    # docs/releases-overrides.md); without, every GPU hit is a multiple of the scheduler
+    # block (releases before 0.32.0)
+    fine_gpu_hits: bool = True
 
 
 @dataclass(frozen=True)
