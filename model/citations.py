@@ -159,10 +159,6 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "eagle_proof_margin": (UTILS, 792),
         "cache_block_size": (CORE, 352),
         "cache_hit_alignment_set": (CORE, 364),
-        "gpu_hit_alignment": (COORD, 699),
-        "local_aligned_for_connector": (SCHEDCORE, 974),
-        "remote_supersedes_tail": (SCHEDCORE, 1007),
-        "local_tail_kept": (SCHEDCORE, 1019),
         "hash_divides": (OCFG, 91),
         "chunk_both": (OCFG, 103),
         "blocks_per_chunk": (OCFG, 109),
@@ -251,6 +247,10 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "tail_boundary_miss": (SCHED, 1006),
         "tail_boundary_pending": (SCHED, 1009),
         "tail_eagle_off": (SCHED, 313),
+        "gpu_hit_alignment": (COORD, 699),
+        "local_aligned_for_connector": (SCHEDCORE, 974),
+        "remote_supersedes_tail": (SCHEDCORE, 1007),
+        "local_tail_kept": (SCHEDCORE, 1019),
     },
     "0.33.0": {
         # start-up (offloading/config.py, kv_cache_utils.py, scheduler.py from_spec/__init__)
@@ -268,14 +268,6 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "eagle_proof_margin": (UTILS, 804),
         "cache_block_size": (CORE, 347),
         "cache_hit_alignment_set": (CORE, 359),
-        # GPU prefix hits: the coordinator aligns them to cache_hit_alignment_tokens
-        # (the hash block when fine-grained hits are on); the engine scheduler hands
-        # the connector the hit rounded down to the scheduler block and keeps the
-        # local sub-block tail unless the connector's hit is longer
-        "gpu_hit_alignment": (COORD, 709),
-        "local_aligned_for_connector": (SCHEDCORE, 1134),
-        "remote_supersedes_tail": (SCHEDCORE, 1167),
-        "local_tail_kept": (SCHEDCORE, 1179),
         "hash_divides": (OCFG, 114),
         "chunk_both": (OCFG, 126),
         "blocks_per_chunk": (OCFG, 132),
@@ -373,6 +365,14 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "store_skips_cow": (SCHED, 1904),
         "aligned_boundary_store": (SCHED, 1554),
         "partial_tail_store": (SCHED, 1626),
+        # GPU prefix hits: the coordinator aligns them to cache_hit_alignment_tokens
+        # (the hash block when fine-grained hits are on); the engine scheduler hands
+        # the connector the hit rounded down to the scheduler block and keeps the
+        # local sub-block tail unless the connector's hit is longer
+        "gpu_hit_alignment": (COORD, 709),
+        "local_aligned_for_connector": (SCHEDCORE, 1134),
+        "remote_supersedes_tail": (SCHEDCORE, 1167),
+        "local_tail_kept": (SCHEDCORE, 1179),
     },
 }
 

@@ -62,6 +62,7 @@ from proofs import abstract_chunked, tail_chunked, turn_chunked
 from proofs import assume as _assume
 from proofs.assume import assume, shape
 from proofs.encoding import Enc, State, Store, fresh_state
+from proofs.encoding_chunked import GPU_HIT_WORDS, UNMODELLED_WORDS
 from proofs.witness import Witness
 
 COVERED = (
@@ -83,9 +84,10 @@ TAILS_KEEP = (
 SCOPE_WORDS = (
     "every layout 0.33.0 accepts, partial tails on or off (any number of "
     "groups of each kind, each with its own block size; any blocks_per_chunk, "
-    "window, prompt, GPU hit and caps; EAGLE on any group; with partial tails "
+    "window, prompt and caps; EAGLE on any group; with partial tails "
     "on: any number of full-attention and Mamba groups, any block size and "
-    "prefix_match_unit, any number of boundaries tried)"
+    f"prefix_match_unit, any number of boundaries tried); {GPU_HIT_WORDS}; "
+    f"{UNMODELLED_WORDS}"
 )
 
 Query = tuple[str, Callable[[], list[z3.BoolRef]]]
