@@ -11,7 +11,10 @@ its 0.33.0 line (``model.citations``, version "0.33.0").
 
 Scope: what the scenario format can express: full attention, sliding window (without
 ``extra_retained_tokens``), Mamba in modes none/align/all; every group prefix-cacheable
-and offloaded; no decode context parallelism; no prefix_cache_retention_interval.
+and offloaded; no decode context parallelism (``context_parallel_size`` is refused); no
+prefix_cache_retention_interval, ChunkedLocalAttention or hisparse groups. GPU prefix
+hits: any the engine produces (``check_request``), hash-block ones included; the
+connector sees them rounded down to the scheduler block (``connector_tokens``).
 """
 
 from __future__ import annotations

@@ -568,8 +568,9 @@ CASES = ("below the bridge", "the bridge")  # above it: tail_end_query
 def boundary_on_block_query() -> list[z3.BoolRef]:
     """The complete boundary (the GPU hit plus the complete chunks' answer) is on a
     block: the aligned loop summary (a converged hit ends on the Mamba align size, which
-    is the block), or the GPU hit itself (a multiple of the block, ``check_request``)
-    when the loop stopped. ``tail_end_query`` takes it for any complete hit."""
+    is the block), or the GPU hit itself when the loop stopped (the connector's: a
+    multiple of the block, ``connector_tokens``). ``tail_end_query`` takes it for any
+    complete hit."""
     enc, tc, premises = _setup((tail_chunked.FA,))
     c = tc.base
     d, env = _env(enc, tc)
