@@ -134,3 +134,14 @@ def test_compare_flags_a_gpu_hit_shape_the_real_engine_disagrees_on() -> None:
     assert compare(refused, dict(real, gpu_hit_real=False)).agree
     v = compare(accepted, dict(real, local_tail_kept=True))
     assert not v.agree and v.diffs[0].startswith("local GPU tail kept")
+
+
+def test_the_fine_hit_corpus_draws_only_hash_block_hits_the_model_accepts() -> None:
+    import random
+
+    from sim.crosscheck.fine_hits import fine_variant
+
+    rng = random.Random(0)
+    hits = {fine_variant(_scenario(0, _fa_mamba(16, 32)), rng) for _ in range(20)}
+    assert {s.num_computed_tokens for s in hits if s is not None} == {16, 48, 80}
+    assert fine_variant(_scenario(0, _fa_mamba(32, 16)), rng) is None  # no fine hits
