@@ -16,6 +16,8 @@ OCFG = "distributed/kv_transfer/kv_connector/v1/offloading/config.py"
 CACHECFG = "config/cache.py"
 MODELCFG = "model_executor/models/config.py"
 WORKER = "v1/kv_offload/cpu/gpu_worker.py"
+SCHEDCORE = "v1/core/sched/scheduler.py"
+COORD = "v1/core/kv_cache_coordinator.py"
 
 _LINES: dict[str, dict[str, tuple[str, int]]] = {
     "0.23.0": {
@@ -643,6 +645,10 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "tail_boundary_miss": (SCHED, 1006),
         "tail_boundary_pending": (SCHED, 1009),
         "tail_eagle_off": (SCHED, 313),
+        "gpu_hit_alignment": (COORD, 699),
+        "local_aligned_for_connector": (SCHEDCORE, 974),
+        "remote_supersedes_tail": (SCHEDCORE, 1007),
+        "local_tail_kept": (SCHEDCORE, 1019),
     },
     "0.33.0": {
         # start-up (offloading/config.py, kv_cache_utils.py, scheduler.py from_spec/__init__)
@@ -758,6 +764,14 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "store_skips_cow": (SCHED, 1904),
         "aligned_boundary_store": (SCHED, 1554),
         "partial_tail_store": (SCHED, 1626),
+        # GPU prefix hits: the coordinator aligns them to cache_hit_alignment_tokens
+        # (the hash block when fine-grained hits are on); the engine scheduler hands
+        # the connector the hit rounded down to the scheduler block and keeps the
+        # local sub-block tail unless the connector's hit is longer
+        "gpu_hit_alignment": (COORD, 709),
+        "local_aligned_for_connector": (SCHEDCORE, 1134),
+        "remote_supersedes_tail": (SCHEDCORE, 1167),
+        "local_tail_kept": (SCHEDCORE, 1179),
     },
 }
 
@@ -848,6 +862,10 @@ TOKENS: dict[str, tuple[str, ...]] = {
     "tail_boundary_miss": ("if result is LookupResult.MISS:",),
     "tail_boundary_pending": ("if result in (LookupResult.HIT_PENDING, LookupResult.RETRY):",),
     "tail_eagle_off": ("and not any(config.is_eagle_group for config in kv_group_configs)",),
+    "gpu_hit_alignment": ("def _cache_hit_alignment_tokens(self) -> int:",),
+    "local_aligned_for_connector": ("partial_tail = num_new_local_computed_tokens % self",),
+    "remote_supersedes_tail": ("if partial_tail and ext_tokens > partial_tail:",),
+    "local_tail_kept": ("elif partial_tail:",),
 }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import releases
 from model import layout_chunked, load_chunked, lookup_chunked, maximality_chunked
@@ -27,6 +27,9 @@ class Outcome:
     layout: AnyLayout | None = None
     assertion: str | None = None  # a vLLM assertion the load would trip
     tail_boundary: int | None = None  # 0.33.0: the partial-tail boundary the hit ends at
+    # 0.33.0: a fine GPU hit's sub-block tail the engine scheduler keeps instead of the
+    # connector's hit (no load; layout_chunked.keeps_local_tail)
+    local_tail_kept: bool = False
 
     @property
     def lookups(self) -> tuple[tuple[int, int], ...]:
@@ -96,13 +99,22 @@ def _evaluate_chunked(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
             layout_chunked.check_request(s, layout, sem.base_version)
     except Refused as e:
         return Outcome(sem.name, str(e), None, (), ())
-    res, boundary = lookup_chunked.get_num_new_matched_tokens(layout, s, sem)
-    plan = load_chunked.load_plan(layout, s, res.num_hit_tokens, boundary)
-    violations = check_all(s, layout, res.num_hit_tokens, plan)
+    # a GPU hit the engine produces reaches the connector rounded down to the scheduler
+    # block (layout_chunked.connector_tokens); one it cannot produce (enforce=False) is
+    # passed as it is, as the cross-check's harness does
+    real_hit = s.num_computed_tokens % layout.cache_hit_alignment_tokens == 0
+    seen = layout_chunked.connector_tokens(layout, s.num_computed_tokens) if real_hit \
+        else s.num_computed_tokens
+    sc = s if seen == s.num_computed_tokens else replace(s, num_computed_tokens=seen)
+    res, boundary = lookup_chunked.get_num_new_matched_tokens(layout, sc, sem)
+    kept = layout_chunked.keeps_local_tail(s.num_computed_tokens, seen, res.num_hit_tokens)
+    loaded = 0 if kept else res.num_hit_tokens
+    plan = load_chunked.load_plan(layout, sc, loaded, None if kept else boundary)
+    violations = check_all(sc, layout, loaded, plan)
     if s.valid_hit is not None and res.num_hit_tokens is not None:
-        violations += _maximality_claim_chunked(s, layout, res.num_hit_tokens)
+        violations += _maximality_claim_chunked(sc, layout, res.num_hit_tokens)
     return Outcome(sem.name, None, res.num_hit_tokens, plan.loads, tuple(violations),
-                   res, layout, plan.assertion, boundary)
+                   res, layout, plan.assertion, boundary, kept)
 
 
 def _maximality_claim_chunked(s: Scenario, layout: layout_chunked.ChunkLayout,

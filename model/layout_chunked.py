@@ -11,7 +11,10 @@ its 0.33.0 line (``model.citations``, version "0.33.0").
 
 Scope: what the scenario format can express: full attention, sliding window (without
 ``extra_retained_tokens``), Mamba in modes none/align/all; every group prefix-cacheable
-and offloaded; no decode context parallelism; no prefix_cache_retention_interval.
+and offloaded; no decode context parallelism (``context_parallel_size`` is refused); no
+prefix_cache_retention_interval, ChunkedLocalAttention or hisparse groups. GPU prefix
+hits: any the engine produces (``check_request``), hash-block ones included; the
+connector sees them rounded down to the scheduler block (``connector_tokens``).
 """
 
 from __future__ import annotations
@@ -227,7 +230,8 @@ def resolve_layout(s: Scenario, steps: ChunkSteps | None = None,
     )
     ptbs = groups[0].tokens_per_block if supports_partial_tail else 0  # scheduler.py:597
     # core.py:359 / kv_cache_utils.py:921: the granularity of GPU prefix-cache hits
-    alignment = scheduler_block_size  # (before 0.32.0 always: steps.fine_gpu_hits)
+    # (``steps.fine_gpu_hits``: a release before 0.32.0 has no fine-grained hits)
+    alignment = scheduler_block_size
     if (steps.fine_gpu_hits and s.enable_prefix_caching and len(groups) > 1
             and _partial_hash_hits(s, tph, True)):
         alignment = tph
@@ -249,13 +253,23 @@ def resolve_layout(s: Scenario, steps: ChunkSteps | None = None,
 
 
 def check_request(s: Scenario, layout: ChunkLayout, version: str = V) -> None:
-    """Refuse requests a real 0.33.0 engine cannot produce (the GPU prefix hit's shape)."""
-    if s.num_computed_tokens % layout.scheduler_block_size:
+    """Refuse requests a real 0.33.0 engine cannot produce (the GPU prefix hit's shape).
+
+    ``num_computed_tokens`` is the GPU prefix hit the KV-cache manager finds: a multiple
+    of ``cache_hit_alignment_tokens`` (the coordinator's alignment,
+    kv_cache_coordinator.py:709): the hash block when fine-grained hits are on
+    (``partial_hash_hits_enabled``, kv_cache_utils.py:762, 921), else the scheduler
+    block. The connector sees it rounded down to the scheduler block (``connector_view``)."""
+    unit = layout.cache_hit_alignment_tokens
+    if s.num_computed_tokens % unit:
+        fine = "" if unit < layout.scheduler_block_size else (
+            "; fine-grained hits at the hash block need a Mamba align group whose block "
+            "is larger than the hash block, prefix caching on and no sliding-window group "
+            "with another block size")
         raise Refused(
-            _cite(version, "hash_lcm"),
-            f"num_computed_tokens {s.num_computed_tokens} is not a multiple of the scheduler "
-            f"block size {layout.scheduler_block_size} (the cross-check's GPU hits are; "
-            f"{version}'s fine-grained hits are out of scope)")
+            _cite(version, "gpu_hit_alignment"),
+            f"num_computed_tokens {s.num_computed_tokens} is not a multiple of the GPU "
+            f"hit alignment {unit} (cache_hit_alignment_tokens{fine})")
     if s.num_computed_tokens and not s.enable_prefix_caching:
         raise Refused(
             _cite(version, "gpu_hit_cap"),
@@ -266,3 +280,19 @@ def check_request(s: Scenario, layout: ChunkLayout, version: str = V) -> None:
             _cite(version, "gpu_hit_cap"),
             f"num_computed_tokens {s.num_computed_tokens} must be < prompt_tokens "
             f"{s.prompt_tokens}: the GPU prefix hit always leaves the last prompt token")
+
+
+def connector_tokens(layout: ChunkLayout, num_computed_tokens: int) -> int:
+    """The local hit the engine scheduler passes to ``get_num_new_matched_tokens``:
+    rounded down to the scheduler block (v1/core/sched/scheduler.py:1134-1140 of 0.33.0),
+    so the connector's lookup and load start on a block boundary of every group."""
+    return num_computed_tokens - num_computed_tokens % layout.scheduler_block_size
+
+
+def keeps_local_tail(num_computed_tokens: int, connector_from: int,
+                     connector_hit: int | None) -> bool:
+    """The engine scheduler keeps a fine GPU hit's sub-block tail and loads nothing
+    unless the connector's hit is longer than that tail (v1/core/sched/scheduler.py:1167,
+    1179 of 0.33.0); a deferred answer (None) defers the request either way."""
+    tail = num_computed_tokens - connector_from
+    return bool(tail) and connector_hit is not None and connector_hit <= tail

@@ -68,10 +68,30 @@ class Scope:
                 f"index order, one block size, blocks_per_chunk 1, prefix_match_unit = "
                 f"block size / h for 2 <= h <= {self.hashes_per_block}: at most "
                 f"{self.hashes_per_block} boundaries tried, {self.boundaries} with an EAGLE "
-                f"margin), off elsewhere (prefix_match_unit unset)")
+                f"margin), off elsewhere (prefix_match_unit unset); {GPU_HIT_WORDS}; "
+                f"{UNMODELLED_WORDS}")
 
 
 SCOPE = Scope()
+
+# What the encodings' GPU hit (``computed``) and layouts cover, in the scope line of every
+# 0.33.0 verdict (the bounded one above and the layered proofs'): ``computed`` is the
+# connector's num_computed_tokens, which the engine scheduler always rounds down to the
+# scheduler block (model/layout_chunked.py ``connector_tokens``)
+GPU_HIT_WORDS = (
+    "GPU hit: the connector's, a multiple of the scheduler block; a hit at hash-block "
+    "granularity (0.33.0 allows them when a Mamba-align block is larger than the hash "
+    "block) reaches the connector rounded down to it (v1/core/sched/scheduler.py:1134), "
+    "and the engine keeping that hit's sub-block tail instead of a connector hit no "
+    "longer than it (:1167-1184, nothing loaded) is not covered by the proof, checked by "
+    "the model and the cross-check only"
+)
+UNMODELLED_WORDS = (
+    "not modelled: ChunkedLocalAttention groups, a sliding window's "
+    "extra_retained_tokens, hisparse groups and prefix_cache_retention_interval (not "
+    "representable in a scenario), decode context parallelism (context_parallel_size "
+    "refused in one line)"
+)
 
 
 @dataclass(frozen=True)
@@ -280,8 +300,9 @@ def startup(enc: ChunkEnc, cfg: ChunkConfig) -> z3.BoolRef:
         # backs the hash block off to the lcm, which must divide every block size (:892)
         c.append(z3.Implies(z3.Not(cfg.prefix_caching),
                             z3.And([x == cfg.gpu[0] for x in cfg.gpu])))
-    # check_request: the GPU hit is a multiple of the scheduler block (the lcm of the
-    # block sizes), none without prefix caching, and leaves the last prompt token
+    # the GPU hit as the connector gets it: a multiple of the scheduler block (the lcm of
+    # the block sizes; a hash-block hit is rounded down first, layout_chunked.
+    # connector_tokens), none without prefix caching, and leaves the last prompt token
     hi = (N + 1) * B
     for x in cfg.gpu:
         c.append(z3.Or([cfg.computed == k * x for k in range(hi + 1)]))

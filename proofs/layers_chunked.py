@@ -56,6 +56,7 @@ from proofs import (
 )
 from proofs.abstract_chunked import obligations
 from proofs.encoding import NEXT_NONE, Enc, State, fresh_state
+from proofs.encoding_chunked import GPU_HIT_WORDS, UNMODELLED_WORDS
 from proofs.lemmas_chunked import assumed as loop_assumes
 from proofs.lemmas_chunked import fact
 from proofs.witness import Witness
@@ -66,9 +67,9 @@ if TYPE_CHECKING:
 
 SCOPE_WORDS = (
     "every layout 0.33.0 accepts (any number of groups of each kind, each "
-    "with its own block size; any blocks_per_chunk, window, prompt, GPU hit "
-    "and caps; EAGLE on any group), partial tails off (prefix_match_unit "
-    "unset)"
+    "with its own block size; any blocks_per_chunk, window, prompt and caps; EAGLE on "
+    f"any group), partial tails off (prefix_match_unit unset); {GPU_HIT_WORDS}; "
+    f"{UNMODELLED_WORDS}"
 )
 # the theorems the layered proof covers, and the preconditions it may take
 COVERED = (

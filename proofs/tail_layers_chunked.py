@@ -62,6 +62,7 @@ from proofs import abstract_chunked, tail_chunked, turn_chunked
 from proofs import assume as _assume
 from proofs.assume import assume, shape
 from proofs.encoding import Enc, State, Store, fresh_state
+from proofs.encoding_chunked import GPU_HIT_WORDS, UNMODELLED_WORDS
 from proofs.witness import Witness
 
 COVERED = (
@@ -83,9 +84,10 @@ TAILS_KEEP = (
 SCOPE_WORDS = (
     "every layout 0.33.0 accepts, partial tails on or off (any number of "
     "groups of each kind, each with its own block size; any blocks_per_chunk, "
-    "window, prompt, GPU hit and caps; EAGLE on any group; with partial tails "
+    "window, prompt and caps; EAGLE on any group; with partial tails "
     "on: any number of full-attention and Mamba groups, any block size and "
-    "prefix_match_unit, any number of boundaries tried)"
+    f"prefix_match_unit, any number of boundaries tried); {GPU_HIT_WORDS}; "
+    f"{UNMODELLED_WORDS}"
 )
 
 Query = tuple[str, Callable[[], list[z3.BoolRef]]]
@@ -566,8 +568,9 @@ CASES = ("below the bridge", "the bridge")  # above it: tail_end_query
 def boundary_on_block_query() -> list[z3.BoolRef]:
     """The complete boundary (the GPU hit plus the complete chunks' answer) is on a
     block: the aligned loop summary (a converged hit ends on the Mamba align size, which
-    is the block), or the GPU hit itself (a multiple of the block, ``check_request``)
-    when the loop stopped. ``tail_end_query`` takes it for any complete hit."""
+    is the block), or the GPU hit itself when the loop stopped (the connector's: a
+    multiple of the block, ``connector_tokens``). ``tail_end_query`` takes it for any
+    complete hit."""
     enc, tc, premises = _setup((tail_chunked.FA,))
     c = tc.base
     d, env = _env(enc, tc)

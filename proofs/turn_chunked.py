@@ -181,7 +181,8 @@ def derive(enc: Enc, cfg: Cfg, env: Env | None = None) -> D:
         enc.add(env.has_mamba)
     if windowed:
         enc.add(env.has_windowed)
-    # check_request: num_computed_tokens is a multiple of the lcm of the block sizes
+    # the connector's num_computed_tokens is a multiple of the lcm of the block sizes
+    # (check_request; a hash-block GPU hit is rounded down first, connector_tokens)
     enc.add(z3.Implies(env.has_mamba, cfg.computed == env.mamba_gpu * enc.floordiv(
         cfg.computed, env.mamba_gpu, "computed_in_mamba_blocks")))
     for g, k in enumerate(cfg.kinds):
@@ -210,7 +211,8 @@ def startup(enc: Enc, cfg: Cfg) -> z3.BoolRef:
     mamba = [g for g, k in enumerate(cfg.kinds) if k == MAMBA]
     for a, b in itertools.combinations(mamba, 2):  # scheduler.py:153
         c.append(z3.Implies(cfg.prefix_caching, cfg.gpu[a] == cfg.gpu[b]))
-    # check_request: the GPU hit is a multiple of every block size, none without prefix
+    # the connector's GPU hit (check_request, connector_tokens) is a multiple of every
+    # block size, none without prefix
     # caching (or when skipping the prefix cache), and leaves the last prompt token
     for g, x in enumerate(cfg.gpu):
         c.append(cfg.computed == x * enc.floordiv(cfg.computed, x, f"computed_blocks{g}"))

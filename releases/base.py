@@ -46,7 +46,10 @@ class ChunkSteps:
     # Mamba cache mode "all" exists (0.28.0-0.31.0): accepted with prefix caching on, and
     # its groups join the Mamba align size (0.31.0's scheduler.py:167-170)
     mamba_all: bool = False
-    # GPU prefix hits may land on the hash size (kv_cache_utils.py:762, 921; from 0.32.0)
+    # whether GPU prefix hits land at the hash block when fine-grained hits are on
+    # (cache_hit_alignment_tokens, kv_cache_utils.py:921; 0.32.0 on, C11 of
+    # docs/releases-overrides.md); without, every GPU hit is a multiple of the scheduler
+    # block (releases before 0.32.0)
     fine_gpu_hits: bool = True
     # a single group refuses a prefix_match_unit other than its block (kv_cache_utils.py:
     # 847-853; from 0.32.0; before, it is ignored)

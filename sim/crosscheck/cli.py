@@ -132,6 +132,14 @@ def v033_dims(s: Scenario, result: dict[str, Any]) -> list[str]:
         out.append("evicted keys")
     if any(g.mamba_cache_mode == "all" for g in s.groups):
         out.append("Mamba mode all")  # accepted by 0.28.0-0.31.0 only
+    computed = result.get("connector_tokens")
+    if result.get("gpu_hit_real") and computed is not None and computed != s.num_computed_tokens:
+        # a GPU hit at hash-block granularity (not a multiple of the scheduler block)
+        out.append("fine GPU hits")
+        if result.get("local_tail_kept"):
+            out.append("fine GPU hits keeping their local tail")
+        elif result.get("loads") is not None:
+            out.append("fine GPU hits loading past the tail")
     sem = get_semantics(s.semantics)
     if sem.kind == "fix":
         # a fix's semantics: where the fixed real scheduler differs from the release itself

@@ -6,7 +6,7 @@ import gc
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from model.evaluate import Outcome, evaluate
@@ -32,6 +32,8 @@ class ModelView:
     violations: tuple[str, ...] = ()  # the invariants the model finds broken
     # 0.33.0: the GPU spec of the load (blocks per group, first block index per group)
     gpu: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    # 0.33.0: a fine GPU hit's sub-block tail kept by the engine scheduler (no load)
+    local_tail_kept: bool = False
 
 
 def model_view(s: Scenario, semantics: str) -> ModelView:
@@ -46,7 +48,7 @@ def model_view(s: Scenario, semantics: str) -> ModelView:
         seconds = timed_lookup(s, semantics, out.layout)
     loads = copies = None
     chunked = get_semantics(semantics).chunked
-    if out.refused is None and out.hit_tokens:
+    if out.refused is None and out.hit_tokens and not out.local_tail_kept:
         loads = {gl.group: tuple(gl.blocks) for gl in out.loads}
         if not chunked:  # the sub-block copy of releases before 0.33.0
             copies = {gl.group: gl.copies for gl in out.loads}
@@ -57,7 +59,8 @@ def model_view(s: Scenario, semantics: str) -> ModelView:
     return ModelView(out.refused, out.hit_tokens, tuple(out.lookups), loads,
                      out.assertion, copies=copies, precondition=precondition,
                      seconds=seconds,
-                     violations=tuple(sorted({v.invariant for v in out.violations})), gpu=gpu)
+                     violations=tuple(sorted({v.invariant for v in out.violations})), gpu=gpu,
+                     local_tail_kept=out.local_tail_kept)
 
 
 @contextmanager
@@ -87,6 +90,9 @@ def timed_lookup(s: Scenario, semantics: str, layout: Any = None,
     sem = get_semantics(semantics)
     if sem.chunked:
         lay = layout or layout_chunked.resolve_layout(s, sem.steps, sem.base_version)
+        if s.num_computed_tokens % lay.cache_hit_alignment_tokens == 0:  # as evaluate
+            s = replace(s, num_computed_tokens=layout_chunked.connector_tokens(
+                lay, s.num_computed_tokens))
         with _no_gc():
             t0 = clock()
             lookup_chunked.get_num_new_matched_tokens(lay, s, sem)
@@ -120,6 +126,14 @@ def compare(model: ModelView, real: dict[str, Any], *, check_lookups: bool = Tru
         diffs.append(f"real lookup tripped {real['lookup_error']}")
     if model.hit != real["hit"]:
         diffs.append(f"hit: model {model.hit} vs real {real['hit']}")
+    if "gpu_hit_real" in real and (model.precondition is None) != real["gpu_hit_real"]:
+        # which GPU hits an engine produces: the model's check_request against vLLM's own
+        # resolve_cache_hit_alignment_tokens (the harness)
+        diffs.append(f"GPU hit shape: model {model.precondition or 'accepts'!r} vs real "
+                     f"{'produces' if real['gpu_hit_real'] else 'cannot produce'} it")
+    if model.local_tail_kept != real.get("local_tail_kept", False):
+        diffs.append(f"local GPU tail kept: model {model.local_tail_kept} vs real "
+                     f"{real.get('local_tail_kept')}")
     if check_lookups:
         real_lookups = tuple(tuple(x) for x in real["lookups"])
         if model.lookups != real_lookups:

@@ -3,7 +3,8 @@
 Covers every group kind (full attention, sliding window, Mamba in modes align / none /
 all), 1-4 groups with block sizes that share a common unit (1-64 tokens), offloaded
 block size factors 1-4, prompts up to ~300 tokens, GPU prefix hits, stores with holes,
-deferred lookups, blocks being loaded, EAGLE groups, the request flags, resumed requests
+deferred lookups, blocks being loaded, EAGLE groups, GPU prefix hits at
+hash-block granularity (``_fine_gpu_hit``), the request flags, resumed requests
 (output tokens) and context parallelism (refused with more than one group).  For
 vllm-0.33.0 also: blocks_per_chunk 1-3 (with per-group block sizes), HIT_PENDING and
 RETRY answers, partial-tail layouts (one block size, attention + Mamba align, a finer
@@ -205,13 +206,32 @@ def scenario_dicts(draw: st.DrawFn, semantics: str = BLOCK_RELEASE) -> dict[str,
     sem = releases.all_semantics().get(semantics)
     if sem is not None and sem.kind == "release" and sem.chunked:
         if _chance(draw, 0.15):
-            return _real_layout(draw, semantics)
-        if _chance(draw, 0.1):
-            return _chunked_extras(draw, _uneven_layout(draw, semantics))
-        if _chance(draw, 0.5):
-            return _chunked_extras(draw, _tail_layout(draw, semantics), chunks=False)
-        return _chunked_extras(draw, draw(_classic_dicts(semantics)))
+            out = _real_layout(draw, semantics)
+        elif _chance(draw, 0.1):
+            out = _chunked_extras(draw, _uneven_layout(draw, semantics))
+        elif _chance(draw, 0.5):
+            out = _chunked_extras(draw, _tail_layout(draw, semantics), chunks=False)
+        else:
+            out = _chunked_extras(draw, draw(_classic_dicts(semantics)))
+        return _fine_gpu_hit(draw, out)
     return draw(_classic_dicts(semantics))
+
+
+def _fine_gpu_hit(draw: st.DrawFn, out: dict[str, Any]) -> dict[str, Any]:
+    """Now and then a GPU prefix hit at hash-block granularity (0.32.0+: fine-grained
+    hits when a Mamba align block is larger than the hash block): a multiple of the
+    hash size (the override, else the gcd of the block sizes), usually not of the
+    scheduler block. Layouts without fine hits refuse it (the GPU-hit shape is compared
+    with what vLLM's own resolve_cache_hit_alignment_tokens allows)."""
+    prompt = out["prompt_tokens"]
+    if not out.get("enable_prefix_caching", True) or prompt < 2 or not _chance(draw, 0.4):
+        return out
+    sizes = [g["gpu_block_size"] for g in out["groups"]]
+    step = out.get("hash_block_size") or math.gcd(*sizes)
+    if step >= prompt:
+        return out
+    out["num_computed_tokens"] = step * draw(st.integers(1, (prompt - 1) // step))
+    return out
 
 
 @st.composite

@@ -250,9 +250,11 @@ def _model_config(case: dict[str, Any]) -> Any:
     # that MambaModelConfig keeps mode "all" (0.26.0 - 0.31.0); is_diffusion for
     # use_v2_model_runner; get_total_num_kv_heads for the single-group parallelism check
     # (0.28.0 - 0.32.0)
-    extra: dict[str, Any] = {"get_total_num_kv_heads": lambda: 1,
-                             "supports_mamba_prefix_caching": True,
+    extra: dict[str, Any] = {"supports_mamba_prefix_caching": True,
                              "is_diffusion": False} if ASKS_KV_HEADS else {}
+    # 0.33.0 asks it too (offloading/config.py:223) once VLLM_USE_V2_MODEL_RUNNER=0 (set
+    # above) makes use_v2_model_runner False: a single full-attention group's check
+    extra["get_total_num_kv_heads"] = lambda: 1
     return SimpleNamespace(model="crosscheck", dtype=torch.float16, use_mla=False,
                            architecture="crosscheck",
                            max_model_len=case["prompt_tokens"] + 64, **extra)
@@ -319,6 +321,19 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     if case["in_flight_transfers"]:
         state.transfer_jobs.add(FAKE_JOB_ID)
     num_computed = case["num_computed_tokens"]
+    # Which GPU hits an engine produces: multiples of the coordinator's alignment, as
+    # vLLM's own resolve_cache_hit_alignment_tokens gives it (the hash block when
+    # fine-grained hits are on; before 0.32.0 the scheduler block), below the prompt,
+    # none with caching off. The engine scheduler hands the connector such a hit rounded
+    # down to its block (v1/core/sched/scheduler.py:1134-1140 of 0.33.0, :974 of 0.32.0);
+    # a hit no engine produces goes to the connector as it is (the model's precondition).
+    sched_bs, _ = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+    align = getattr(kv_cache_config, "cache_hit_alignment_tokens", None) or sched_bs
+    out["gpu_hit_real"] = (num_computed % align == 0 and num_computed < case["prompt_tokens"]
+                           and (num_computed == 0 or case["enable_prefix_caching"]))
+    if num_computed % align == 0:
+        num_computed -= num_computed % sched_bs
+    out["connector_tokens"] = num_computed
     # the lookup's CPU time (this thread's): time spent waiting for a core on a
     # loaded machine is not the lookup's; the model is timed alike (compare.py)
     gc.disable()  # as timeit: no collection of other objects inside the timed call
@@ -345,16 +360,22 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
             for c in scheduler.config.kv_group_configs]
     out["keys_ok"] = own == mine
     out["loads"] = None
-    if hit:
-        out.update(load_plan(case, kv_cache_config, spec, manager, scheduler, request, hit))
+    # v1/core/sched/scheduler.py:1167-1184 of 0.33.0: the engine keeps the local
+    # sub-block tail (and loads nothing) unless the connector's hit is longer than it
+    tail = case["num_computed_tokens"] - num_computed
+    out["local_tail_kept"] = bool(tail) and hit is not None and hit <= tail
+    if hit and not out["local_tail_kept"]:
+        out.update(load_plan(case, kv_cache_config, spec, manager, scheduler, request, hit,
+                             num_computed))
     return out
 
 
 def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: ScenarioManager,
-              scheduler: Any, request: Any, hit: int) -> dict[str, Any]:
+              scheduler: Any, request: Any, hit: int, num_computed: int) -> dict[str, Any]:
     """Allocate as Scheduler.schedule does for an async load and read the keys
-    update_state_after_alloc passes to prepare_load."""
-    num_computed = case["num_computed_tokens"]
+    update_state_after_alloc passes to prepare_load. ``num_computed``: the local hit the
+    connector was asked from (a fine GPU hit's sub-block tail is dropped, scheduler.py
+    :1167-1178 of v1/core/sched, ``truncate_computed_blocks``)."""
     # resolve_kv_cache_block_sizes' scheduler block size (the lcm; no DCP here)
     sched_bs = math.lcm(*[g["block_size"] for g in case["groups"]])
     hash_bs = kv_cache_config.hash_block_size
