@@ -96,7 +96,8 @@ def _evaluate_chunked(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
                 f"prompt_tokens: {s.prompt_tokens} tokens are more than {MAX_V033_HASHES:,} "
                 f"hash blocks of {layout.tokens_per_hash} (the {CHUNKED_MODEL} model's bound)")
         if enforce:
-            layout_chunked.check_request(s, layout, sem.base_version)
+            layout_chunked.check_request(s, layout, sem.base_version,
+                                         sem.steps.fine_gpu_hits)
     except Refused as e:
         return Outcome(sem.name, str(e), None, (), ())
     # a GPU hit the engine produces reaches the connector rounded down to the scheduler

@@ -252,7 +252,8 @@ def resolve_layout(s: Scenario, steps: ChunkSteps | None = None,
     )
 
 
-def check_request(s: Scenario, layout: ChunkLayout, version: str = V) -> None:
+def check_request(s: Scenario, layout: ChunkLayout, version: str = V,
+                  fine_gpu_hits: bool = True) -> None:
     """Refuse requests a real 0.33.0 engine cannot produce (the GPU prefix hit's shape).
 
     ``num_computed_tokens`` is the GPU prefix hit the KV-cache manager finds: a multiple
@@ -261,6 +262,13 @@ def check_request(s: Scenario, layout: ChunkLayout, version: str = V) -> None:
     (``partial_hash_hits_enabled``, kv_cache_utils.py:762, 921), else the scheduler
     block. The connector sees it rounded down to the scheduler block (``connector_view``)."""
     unit = layout.cache_hit_alignment_tokens
+    if s.num_computed_tokens % unit and not fine_gpu_hits:
+        # a release before 0.32.0: GPU hits are whole scheduler blocks (the lcm of the
+        # groups' blocks), no fine-grained hits exist
+        raise Refused(
+            _cite(version, "hash_lcm"),
+            f"num_computed_tokens {s.num_computed_tokens} is not a multiple of the "
+            f"scheduler block size {unit} (vLLM {version} has no fine-grained GPU hits)")
     if s.num_computed_tokens % unit:
         fine = "" if unit < layout.scheduler_block_size else (
             "; fine-grained hits at the hash block need a Mamba align group whose block "
