@@ -104,12 +104,12 @@ def _sliding_window_lookup(mgr: _Manager, group: int, chunks: range, window: int
         if top - 1 - brk >= required_window:  # scheduler.py:843
             idx = top - required_window
             mgr.scanned(group, hi - 1, idx)
-            pending_in_window = meets(ans.pending, idx, top)
+            pending_in_window = bool(ans.pending) and meets(ans.pending, idx, top)
             return None if defer_lookup or pending_in_window else idx - lo + required_window
         if brk < lo:  # scheduler.py:847: the scan reached the start
             if hi > lo:
                 mgr.scanned(group, hi - 1, lo)
-            pending_in_window = meets(ans.pending, lo, top)
+            pending_in_window = bool(ans.pending) and meets(ans.pending, lo, top)
             return None if defer_lookup or pending_in_window else top - lo
         defer_lookup |= brk in ans.retry
         required_window = window
