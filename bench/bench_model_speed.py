@@ -12,11 +12,20 @@ own worker process (the base tree from ``git archive``), and the rounds alternat
 this tree, real, so that the load on the machine falls on all three alike. Figures are
 the median call over all rounds.
 
+The ``generated`` row is the cross-check's other figure (``python -m sim.crosscheck``'s
+``lookups/s real .. vs model ..``): the same ``--examples`` scenarios it draws (its
+Hypothesis strategy, seeds 0, 1, ... as ``run_hypothesis``), each timed once as
+``check_one`` times it (``sim.crosscheck.compare.model_view``: the model's answer, then
+one lookup by its CPU time; the real harness's ``t_lookup``, also CPU time); the figure is
+the scenarios timed on all three sides over the sum of their times, per round, and the
+median round.
+
 The real scheduler runs where its environment is ready (``sim.crosscheck.envs.is_ready``
 under ``$CROSSCHECK_VENVS``): ``RealScheduler.bench``, a new request per call as the
 cross-check's benchmark line. An environment that is not ready is never built here.
 
-    python bench/bench_model_speed.py [--base-rev main] [--out bench/results/model_speed.txt]
+    python bench/bench_model_speed.py [--base-rev main] [--examples 300]
+        [--out bench/results/model_speed.txt]
 """
 
 from __future__ import annotations
@@ -58,6 +67,14 @@ wall = ({"clock": time.perf_counter}
 cache = {}
 for line in sys.stdin:
     req = json.loads(line)
+    if "generated" in req:  # as check_one: the model's answer, then one timed lookup
+        from sim.crosscheck.compare import model_view
+        secs = []
+        for raw in req["generated"]:
+            mv = model_view(parse_scenario(raw), req["semantics"])
+            secs.append(mv.seconds if mv.refused is None and mv.seconds else None)
+        print(json.dumps({"seconds": secs}), flush=True)
+        continue
     key = (req["semantics"], req["tokens"], req["shape"])
     if key not in cache:
         raw = dict(BENCH, semantics=req["semantics"], prompt_tokens=req["tokens"])
@@ -93,6 +110,18 @@ class Worker:
         got: dict[str, Any] = json.loads(line)
         return got
 
+    def generated(self, semantics: str, scenarios: list[dict[str, Any]]) -> list[float | None]:
+        """Each scenario's lookup seconds as the cross-check times it (None: not timed)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"semantics": semantics,
+                                          "generated": scenarios}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker for {semantics} died on the generated scenarios")
+        secs: list[float | None] = json.loads(line)["seconds"]
+        return secs
+
     def close(self) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
@@ -119,6 +148,46 @@ def real_scheduler(version: str) -> Any:
     return RealScheduler(version)
 
 
+def drawn(semantics: str, n: int) -> list[dict[str, Any]]:
+    """The cross-check's first ``n`` distinct generated scenarios for ``semantics`` (its
+    strategy and seeds, as ``sim.crosscheck.cli.run_hypothesis``), as JSON objects."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hseed
+
+    from model.scenario import Scenario, scenario_to_json
+    from sim.crosscheck.gen import scenarios
+
+    seen: dict[str, dict[str, Any]] = {}
+    for batch in range(100):
+        if len(seen) >= n:
+            break
+
+        @settings(max_examples=max(50, (n - len(seen)) * 3 // 2), deadline=None,
+                  database=None, suppress_health_check=list(HealthCheck),
+                  phases=[Phase.generate])
+        @given(scenarios(semantics))
+        def prop(s: Scenario) -> None:
+            if len(seen) < n:
+                raw = scenario_to_json(s.with_semantics(semantics))
+                seen.setdefault(json.dumps(raw, sort_keys=True), raw)
+
+        hseed(batch)(prop)()
+    return list(seen.values())
+
+
+def real_generated(real: Any, scenarios: list[dict[str, Any]]) -> list[float | None]:
+    """The real lookup's CPU seconds per scenario (``t_lookup``; None: refused)."""
+    from model.scenario import parse_scenario
+    from sim.crosscheck.mapping import to_case
+
+    out: list[float | None] = []
+    for raw in scenarios:
+        result = real.run(to_case(parse_scenario(raw)))
+        ok = result.get("refused") is None and "t_lookup" in result
+        out.append(result["t_lookup"] if ok else None)
+    return out
+
+
 def median(xs: list[float]) -> float:
     ys = sorted(xs)
     return ys[len(ys) // 2]
@@ -141,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="semantics names (default: every modelled release)")
     ap.add_argument("--calls", type=int, default=30, help="calls per side per round")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--examples", type=int, default=300,
+                    help="generated scenarios per release, as the cross-check's --examples "
+                    "(0: no generated row)")
     ap.add_argument("--no-real", action="store_true", help="the model only")
     ap.add_argument("--out", type=Path, help="also write the table here")
     args = ap.parse_args(argv)
@@ -177,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"{'tokens':>7} {'store':>5} | {'base/s':>9} {'this/s':>9} {'this/base':>9}"
                     f" | {'real/s':>7} {'base/real':>9} {'this/real':>9}")
                 try:
+                    if args.examples:
+                        say(_generated_row(name, args.examples, args.rounds, base, this,
+                                           real))
                     for tokens in sizes:
                         for shape in shapes:
                             b_t: list[float] = []
@@ -209,6 +284,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
     return 0
+
+
+def _generated_row(name: str, examples: int, rounds: int, base: Worker, this: Worker,
+                   real: Any) -> str:
+    """The ``generated`` row: per round, the scenarios every side timed over the sum of
+    their seconds on each side; the median round."""
+    scenarios = drawn(name, examples)
+    rates: dict[str, list[float]] = {"base": [], "this": [], "real": []}
+    timed = 0
+    for _ in range(rounds):
+        got = {"base": base.generated(name, scenarios), "this": this.generated(name, scenarios)}
+        if real is not None:
+            got["real"] = real_generated(real, scenarios)
+        both = [i for i in range(len(scenarios))
+                if all(side[i] is not None for side in got.values())]
+        timed = len(both)
+        for side, secs in got.items():
+            total = sum(secs[i] or 0.0 for i in both)
+            if total:
+                rates[side].append(timed / total)
+    b, t, r = (median(rates[k]) if rates[k] else None for k in ("base", "this", "real"))
+    inv = [None if x is None else 1 / x for x in (b, t, r)]
+    return (f"{'gen':>7} {timed:>5} | {_rate(inv[0]):>9} {_rate(inv[1]):>9} "
+            f"{_ratio(inv[0], inv[1]):>9} | {_rate(inv[2]):>7} {_ratio(inv[2], inv[0]):>9} "
+            f"{_ratio(inv[2], inv[1]):>9}")
 
 
 def _case(name: str, tokens: int) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Collection
 from dataclasses import dataclass
-from functools import lru_cache
 from itertools import filterfalse
 
 from model.scenario import Group
@@ -94,15 +93,33 @@ class ChunkAnswers:
 
     def waits(self, lo: int, hi: int) -> bool:
         """Whether a chunk in [lo, hi) is answered RETRY or HIT_PENDING."""
+        if not (self.retry or self.pending):  # the usual store: nothing waits
+            return False
         return meets(self.retry, lo, hi) or meets(self.pending, lo, hi)
 
 
 EVERY_HIT = ChunkAnswers(frozenset(), frozenset(), None, None, ())
 
 
-@lru_cache(maxsize=1024)
+# ``ChunkAnswers.of`` per store object: a group's answers are part of the scenario (as the
+# real harness fills its manager's answers before the lookup it times), so a lookup on a
+# store seen before starts from its sets. Keyed by the ``Group``'s identity, kept with it
+# so that its id is not reused while kept (hashing a frozen ``Group`` hashes every field,
+# which cost more than most scans). Bounded: cleared when full.
+_KEPT: dict[tuple[int, int], tuple[Group, ChunkAnswers]] = {}
+
+
 def chunk_answers(g: Group, tokens_per_chunk: int) -> ChunkAnswers:
-    """``ChunkAnswers.of``, kept per store: a group's answers are part of the scenario (as
-    the real harness fills its manager's answers before the lookup it times), so a lookup
-    on a store seen before starts from its sets (a frozen ``Group`` hashes its fields)."""
-    return ChunkAnswers.of(g, tokens_per_chunk)
+    """``ChunkAnswers.of``, kept per store object."""
+    if g.stored is None and not (g.deferred or g.pending or g.deferred_tails
+                                 or g.pending_tails):
+        return EVERY_HIT  # stored "all", nothing waits (``ChunkAnswers.of``'s first case)
+    key = (id(g), tokens_per_chunk)
+    kept = _KEPT.get(key)
+    if kept is not None and kept[0] is g:
+        return kept[1]
+    answers = ChunkAnswers.of(g, tokens_per_chunk)
+    if len(_KEPT) >= 1024:
+        _KEPT.clear()
+    _KEPT[key] = (g, answers)
+    return answers

@@ -89,7 +89,7 @@ def _evaluate_chunked(s: Scenario, sem: Semantics, enforce: bool) -> Outcome:
             raise ScenarioError(f"{name}: not a cap of {sem.name} (its scheduler has no "
                                 "such request cap)")
     try:
-        layout = layout_chunked.resolve_layout(s, sem.steps, sem.base_version)
+        layout = layout_chunked.startup_layout(s, sem.steps, sem.base_version)
         if s.prompt_tokens // layout.tokens_per_hash > MAX_V033_HASHES:
             # the 0.33.0 model asks the store key by key, as vLLM does: bound the work
             raise ScenarioError(

@@ -20,6 +20,7 @@ connector sees them rounded down to the scheduler block (``connector_tokens``).
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 
 from model.citations import cite, cited_lines
@@ -250,6 +251,31 @@ def resolve_layout(s: Scenario, steps: ChunkSteps | None = None,
         mamba_align_size=mamba_align_size, supports_partial_tail=supports_partial_tail,
         partial_tail_block_size=ptbs, eagle_proof_margins=margins,
     )
+
+
+# ``resolve_layout`` per (steps, release, start-up fields): the simulator, the golden tests
+# and every cross-check resolve one layout many times. The key is every field
+# resolve_layout reads (tests/test_layout_memo.py checks it against what it reads);
+# refusals are not kept. Bounded: cleared when full (and by ``proofs.mutants``).
+STARTUP_GROUP_FIELDS = ("kind", "gpu_block_size", "sliding_window", "mamba_cache_mode", "eagle")
+STARTUP_FIELDS = ("block_size_factor", "blocks_per_chunk", "hash_block_size",
+                  "enable_prefix_caching")
+_startup_fields = operator.attrgetter(*STARTUP_FIELDS)
+_startup_group_fields = operator.attrgetter(*STARTUP_GROUP_FIELDS)
+_LAYOUTS: dict[tuple[object, ...], ChunkLayout] = {}
+
+
+def startup_layout(s: Scenario, steps: ChunkSteps | None = None,
+                   version: str = V) -> ChunkLayout:
+    """``resolve_layout(s, steps, version)``, kept per steps, release and start-up fields."""
+    key = (steps, version, _startup_fields(s), tuple(map(_startup_group_fields, s.groups)))
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = resolve_layout(s, steps, version)
+        if len(_LAYOUTS) >= 1024:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = layout
+    return layout
 
 
 def check_request(s: Scenario, layout: ChunkLayout, version: str = V,

@@ -30,15 +30,23 @@ class Step:
 
 
 Segment = tuple[int, int, int, int]  # (group, first block, stop, step): blocks looked up
+# one group's turn as ``Step``'s fields in order: the lookup keeps plain rows and builds
+# the records only when they are read (a frozen record costs more than most turns)
+StepRow = tuple[int, int, int, tuple[int, int], int | None, int, str]
 
 
 @dataclass(frozen=True)
 class LookupResult:
     num_hit_tokens: int | None  # None: the request is deferred
-    steps: tuple[Step, ...]
+    rows: tuple[StepRow, ...]  # each group's turn (as records: ``steps``)
     segments: tuple[Segment, ...]
     passes: int
     reason: str  # why the result is what it is, in words
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """Each group's turn in the convergence loop, in order."""
+        return tuple(Step(*row) for row in self.rows)
 
     @property
     def lookups(self) -> tuple[tuple[int, int], ...]:
@@ -131,7 +139,7 @@ def _num_offload_keys(cfg: GroupConfig, num_tokens: int) -> int:
 def lookup(layout: Layout, s: Scenario, sem: Semantics) -> LookupResult:
     """``_lookup`` (scheduler.py:452 (387)) on the scenario's request and store."""
     mgr = _Manager(s.groups)
-    steps: list[Step] = []
+    steps: list[StepRow] = []
     num_tokens = s.num_tokens  # request.num_tokens: prompt plus output (scheduler.py:462)
     num_computed_tokens = s.num_computed_tokens
     max_hit_size_tokens = num_tokens
@@ -164,8 +172,8 @@ def lookup(layout: Layout, s: Scenario, sem: Semantics) -> LookupResult:
             # scheduler.py:504 (424): no further than this group's last full block
             max_hit_size_tokens = min(max_hit_size_tokens, num_keys * obs)
             if max_hit_size_tokens - num_computed_tokens < obs:  # scheduler.py:507 (427)
-                steps.append(Step(passes, group_idx, before, (0, 0), None,
-                                  max_hit_size_tokens, "less than one block left"))
+                steps.append((passes, group_idx, before, (0, 0), None,
+                              max_hit_size_tokens, "less than one block left"))
                 return result(0, f"group {group_idx}: less than one offloaded block "
                               f"({obs} tokens) left beyond the GPU hit", passes)
             window = cfg.sliding_window_size_in_blocks
@@ -184,8 +192,8 @@ def lookup(layout: Layout, s: Scenario, sem: Semantics) -> LookupResult:
                 num_hit_blocks = _sliding_window_lookup(mgr, group_idx, blocks, required_window)
             queried = (blocks.start, blocks.stop)
             if num_hit_blocks == 0:  # scheduler.py:546 (453)
-                steps.append(Step(passes, group_idx, before, queried, 0,
-                                  max_hit_size_tokens, "no hit"))
+                steps.append((passes, group_idx, before, queried, 0,
+                              max_hit_size_tokens, "no hit"))
                 return result(0, f"group {group_idx}: no hit in blocks "
                               f"[{queried[0]}, {queried[1]})", passes)
             note = ""
@@ -200,8 +208,8 @@ def lookup(layout: Layout, s: Scenario, sem: Semantics) -> LookupResult:
                 max_hit_size_tokens = min(  # scheduler.py:556 (459)
                     max_hit_size_tokens, obs * (start_block_idx + num_hit_blocks)
                 )
-            steps.append(Step(passes, group_idx, before, queried, num_hit_blocks,
-                              max_hit_size_tokens, note))
+            steps.append((passes, group_idx, before, queried, num_hit_blocks,
+                          max_hit_size_tokens, note))
             new_num_hit_tokens = max_hit_size_tokens - num_computed_tokens  # :561 (464)
             if new_num_hit_tokens < obs:  # scheduler.py:562 (465)
                 return result(0, f"group {group_idx}: hit shrank below one offloaded "

@@ -11,12 +11,10 @@ with 0.33.0's ``LookupResult``: HIT, HIT_PENDING (stored, not readable yet), RET
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from model.answers_chunked import ChunkAnswers, chunk_answers, meets
 from model.layout import cdiv, round_down
 from model.layout_chunked import ChunkLayout
-from model.lookup import LookupResult, Segment, Step
+from model.lookup import LookupResult, Segment, StepRow
 from model.scenario import Group, Scenario
 from model.semantics import Semantics
 from releases.arith import INT
@@ -43,15 +41,18 @@ def answer(g: Group, end: int, tokens_per_chunk: int) -> str:
     return MISS
 
 
-@dataclass
 class _Manager:
     """Answers from the scenario and records every key looked up, in order, as segments
     ``(group, first end, stop, step)`` of key end tokens (``LookupResult.segments``): a
-    scan of a run of chunks is one segment, whatever its length."""
+    scan of a run of chunks is one segment, whatever its length. (A plain class: the one
+    mutable piece, made once per lookup.)"""
 
-    s: Scenario
-    layout: ChunkLayout
-    segments: list[Segment] = field(default_factory=list)
+    __slots__ = ("s", "layout", "segments")
+
+    def __init__(self, s: Scenario, layout: ChunkLayout) -> None:
+        self.s = s
+        self.layout = layout
+        self.segments: list[Segment] = []
 
     def lookup(self, group: int, end: int) -> str:
         self.segments.append((group, end, end + 1, 1))
@@ -105,25 +106,29 @@ def _sliding_window_lookup(mgr: _Manager, group: int, chunks: range, window: int
         if top - 1 - brk >= required_window:  # scheduler.py:843
             idx = top - required_window
             mgr.scanned(group, hi - 1, idx)
-            pending_in_window = meets(ans.pending, idx, hi if pending_anywhere else top)
+            pending_in_window = bool(ans.pending) and meets(
+                ans.pending, idx, hi if pending_anywhere else top)
             return None if defer_lookup or pending_in_window else idx - lo + required_window
         if brk < lo:  # scheduler.py:847: the scan reached the start
             if hi > lo:
                 mgr.scanned(group, hi - 1, lo)
-            pending_in_window = meets(ans.pending, lo, hi if pending_anywhere else top)
+            pending_in_window = bool(ans.pending) and meets(
+                ans.pending, lo, hi if pending_anywhere else top)
             return None if defer_lookup or pending_in_window else top - lo
         defer_lookup |= brk in ans.retry
         required_window = window
         top = brk
 
 
-@dataclass
 class _State:
     """Per-request scratch the complete-chunk lookup leaves for the partial tail."""
 
-    hit_end_chunk: dict[int, int] = field(default_factory=dict)  # lookup_hit_end_chunk_idx
-    steps: list[Step] = field(default_factory=list)
-    passes: int = 0
+    __slots__ = ("hit_end_chunk", "steps", "passes")
+
+    def __init__(self) -> None:
+        self.hit_end_chunk: dict[int, int] = {}  # lookup_hit_end_chunk_idx (absent: 0)
+        self.steps: list[StepRow] = []  # each group's turn (``LookupResult.steps``)
+        self.passes = 0
 
 
 def _caps(s: Scenario) -> tuple[int | None, int | None]:
@@ -142,16 +147,15 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
     cuts a sliding-window group's confirmed window, the sliding-window groups are looked
     up again at the lowered bound."""
     align = layout.mamba_align_size
-
-    def after_cut(tokens: int) -> int:
-        # a layout without a Mamba align group never rounds (the unit 1 is not used)
-        bound: int = sem.steps.after_cut(INT, tokens, align is not None, align or 1, "")
-        return bound
+    # the step a fix overrides; a layout without a Mamba align group never rounds (the
+    # unit 1 is not used)
+    after_cut = sem.steps.after_cut
+    align_on, align_unit = align is not None, align or 1
 
     max_num_new_tokens, max_load_tokens = _caps(s)
     num_computed_tokens = s.num_computed_tokens
-    num_keys = {c.group_idx: s.prompt_tokens // c.tokens_per_chunk for c in layout.groups}
-    max_hit_size_tokens = s.prompt_tokens  # scheduler.py:862
+    prompt_tokens = s.prompt_tokens  # a group's keys: prompt_tokens // its chunk tokens
+    max_hit_size_tokens = prompt_tokens  # scheduler.py:862
     if max_num_new_tokens is not None:  # scheduler.py:863
         max_hit_size_tokens = min(max_hit_size_tokens, num_computed_tokens + max_num_new_tokens)
     if max_load_tokens is not None:  # scheduler.py:867
@@ -164,7 +168,7 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
     num_hit_tokens = 0
     defer_lookup = False
     lookup_groups = layout.lookup_groups
-    st.hit_end_chunk = {c.group_idx: 0 for c in layout.groups}  # scheduler.py:887
+    st.hit_end_chunk = {}  # scheduler.py:887: every group's starts at 0
     eagle_verified: set[int] = set()  # scheduler.py:892
     while lookup_groups:  # scheduler.py:893
         st.passes += 1
@@ -174,23 +178,25 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
         for group_idx in groups_iter:
             cfg = layout.groups[group_idx]
             tpc = cfg.tokens_per_chunk
+            num_keys = prompt_tokens // tpc
             before = max_hit_size_tokens
             is_eagle_unverified = cfg.is_eagle_group and group_idx not in eagle_verified
             # scheduler.py:914: no further than this group's last keyed chunk
-            max_hit_size_tokens = min(max_hit_size_tokens, num_keys[group_idx] * tpc)
-            max_hit_size_tokens = after_cut(max_hit_size_tokens)  # the fix (none in 0.33.0)
+            max_hit_size_tokens = min(max_hit_size_tokens, num_keys * tpc)
+            # the fix (none in 0.33.0)
+            max_hit_size_tokens = after_cut(INT, max_hit_size_tokens, align_on, align_unit, "")
             if max_load_tokens is not None:  # scheduler.py:917: a load cap chunk-aligns
                 max_hit_size_tokens = round_down(max_hit_size_tokens, tpc)
             if max_hit_size_tokens - num_computed_tokens < tpc:  # scheduler.py:921
-                st.steps.append(Step(st.passes, group_idx, before, (0, 0), None,
-                                     max_hit_size_tokens, "less than one chunk left"))
+                st.steps.append((st.passes, group_idx, before, (0, 0), None,
+                                 max_hit_size_tokens, "less than one chunk left"))
                 return 0, f"group {group_idx}: less than one chunk ({tpc} tokens) left"
             window = cfg.sliding_window_size_in_chunks
             query_max = max_hit_size_tokens
             # scheduler.py:936: every EAGLE group queries one more (0.29.0: windows only)
             if is_eagle_unverified and (sem.steps.eagle_query_all or window is not None):
-                query_max = min(max_hit_size_tokens + tpc, num_keys[group_idx] * tpc)
-            num_chunks = min(cdiv(query_max, tpc), num_keys[group_idx])  # scheduler.py:942
+                query_max = min(max_hit_size_tokens + tpc, num_keys * tpc)
+            num_chunks = min(cdiv(query_max, tpc), num_keys)  # scheduler.py:942
             start_chunk_idx = num_computed_tokens // tpc  # scheduler.py:943
             chunks = range(start_chunk_idx, max(start_chunk_idx, num_chunks))
             num_hit_chunks: int | None
@@ -210,8 +216,8 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
                     else None, pending_anywhere=not sem.steps.load_windows)
             queried = (chunks.start, chunks.stop)
             if num_hit_chunks == 0:  # scheduler.py:978
-                st.steps.append(Step(st.passes, group_idx, before, queried, 0,
-                                     max_hit_size_tokens, "no hit"))
+                st.steps.append((st.passes, group_idx, before, queried, 0,
+                                 max_hit_size_tokens, "no hit"))
                 return 0, f"group {group_idx}: no hit in chunks [{queried[0]}, {queried[1]})"
             note = ""
             if num_hit_chunks is None:
@@ -225,14 +231,15 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
                 max_hit_size_tokens = min(  # scheduler.py:988
                     max_hit_size_tokens, tpc * (start_chunk_idx + num_hit_chunks))
                 confirmed = max_hit_size_tokens
-                max_hit_size_tokens = after_cut(max_hit_size_tokens)  # the fix (none in 0.33.0)
+                max_hit_size_tokens = after_cut(  # the fix (none in 0.33.0)
+                    INT, max_hit_size_tokens, align_on, align_unit, "")
                 if (sem.reround_rerun and window is not None and max_hit_size_tokens < confirmed
                         and not lookup_groups):
                     # the completed fix: this window was confirmed ending at `confirmed`,
                     # not at the lowered bound; look the sliding-window groups up again
                     lookup_groups = layout.sliding_window_groups
-            st.steps.append(Step(st.passes, group_idx, before, queried, num_hit_chunks,
-                                 max_hit_size_tokens, note))
+            st.steps.append((st.passes, group_idx, before, queried, num_hit_chunks,
+                             max_hit_size_tokens, note))
             new_num_hit_tokens = max_hit_size_tokens - num_computed_tokens  # :993
             if new_num_hit_tokens < tpc:  # scheduler.py:994
                 return 0, f"group {group_idx}: hit shrank below one chunk ({tpc} tokens)"
@@ -259,7 +266,7 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
             # offload_keys[start:num_chunks] (scheduler.py:1035): the slice stops at the
             # last key the request has
             hit_chunks = range(num_computed_tokens // tpc,
-                               min(cdiv(end, tpc), num_keys[cfg.group_idx]))
+                               min(cdiv(end, tpc), prompt_tokens // tpc))
             if window is not None:
                 hit_chunks = hit_chunks[-window:]
             if any(c in hit_chunks for c in g.being_loaded):  # a range: no list
@@ -284,6 +291,49 @@ def _lookup_partial_tail(layout: ChunkLayout, s: Scenario, mgr: _Manager, bounda
     if pending:  # scheduler.py:1189
         return False, True
     return True, False
+
+
+def _tail_stops(layout: ChunkLayout, s: Scenario, complete_boundary: int,
+                max_boundary: int) -> list[int]:
+    """The boundaries of the partial-tail search (``max_boundary`` down to past
+    ``complete_boundary``, one hash block apart), last first, at which the first group's
+    key may answer other than MISS (``answer``): a key that ends a chunk, or one in the
+    group's tail sets. Work: the tail sets and the chunk ends in the range."""
+    tph = layout.tokens_per_hash
+    cfg, g = layout.groups[0], s.groups[0]
+    margin = layout.eagle_proof_margins.get(cfg.group_idx, 0)  # scheduler.py:1158
+    tpc = cfg.tokens_per_chunk
+
+    def searched(boundary: int) -> bool:
+        return (complete_boundary < boundary <= max_boundary
+                and (max_boundary - boundary) % tph == 0)
+
+    stops = {end - margin for tails in (g.stored_tails, g.pending_tails, g.deferred_tails)
+             for end in tails if searched(end - margin)}
+    end = (max_boundary + margin) // tpc * tpc  # the last chunk end a key can reach
+    while end - margin > complete_boundary:
+        if searched(end - margin):
+            stops.add(end - margin)
+        end -= tpc
+    return sorted(stops, reverse=True)
+
+
+def _first_group_misses(layout: ChunkLayout, s: Scenario, mgr: _Manager, top: int,
+                        stop: int) -> None:
+    """The boundaries ``top``, ``top - tph``, ... down to past ``stop``, where the first
+    group's key answers MISS (``_tail_stops``): only that key is looked up (scheduler.py:
+    1184 stops the boundary there). Its first key is checked as ``_lookup_partial_tail``
+    checks every key (the later ones end before it)."""
+    if top <= stop:
+        return
+    tph = layout.tokens_per_hash
+    group = layout.groups[0].group_idx
+    key = layout.partial_tail_key_tokens(group, top)  # scheduler.py:1158
+    hashed = (s.prompt_tokens // tph) * tph
+    if key > hashed:
+        raise KeyPastHashes(f"group {group}: partial-tail key at token {key} is "
+                            f"past the request's hashes ({hashed} tokens)")
+    mgr.segments.append((group, key, key - top + stop, -tph))
 
 
 def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
@@ -334,7 +384,7 @@ def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
                 continue
             # scheduler.py:1123 (being-loaded keys tracked only with prefix caching)
             pending |= s.enable_prefix_caching and bridge_chunk_idx in g.being_loaded
-            if st.hit_end_chunk[cfg.group_idx] <= bridge_chunk_idx:  # scheduler.py:1125
+            if st.hit_end_chunk.get(cfg.group_idx, 0) <= bridge_chunk_idx:  # :1125
                 unconfirmed.append(cfg.group_idx)
         for group_idx in unconfirmed:
             result = mgr.chunk(group_idx, bridge_chunk_idx)  # scheduler.py:1128
@@ -343,7 +393,13 @@ def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
                 break
             pending |= result != HIT  # scheduler.py:1132
     bridge_pending = pending
-    for boundary in range(max_boundary, complete_boundary, -tph):  # scheduler.py:1134
+    # scheduler.py:1134: every boundary from max_boundary down, one hash block apart. By
+    # runs: only at a boundary where the first group's key may answer (``_tail_stops``)
+    # are the groups looked up one by one; at the others its key is a MISS, which ends
+    # that boundary at once (scheduler.py:1184), so a run of them is one segment
+    top = max_boundary
+    for boundary in _tail_stops(layout, s, complete_boundary, max_boundary):
+        _first_group_misses(layout, s, mgr, top, boundary)
         loads_bridge = boundary >= bridge_boundary
         hit, boundary_pending = _lookup_partial_tail(
             layout, s, mgr, boundary, loads_bridge and bridge_pending)
@@ -351,6 +407,9 @@ def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
             return done(boundary - local_tokens, f"partial tail at token {boundary}",
                         boundary)
         pending |= boundary_pending
+        top = boundary - tph
+    _first_group_misses(layout, s, mgr, top, complete_boundary)
+    # (a boundary where the first group misses adds the bridge's pending, already counted)
     if pending and complete_hit == 0:  # scheduler.py:1150
         return done(None, "a partial-tail key is not ready yet (pending)")
     return done(complete_hit, reason)

@@ -360,9 +360,13 @@ def _forget_proofs() -> None:
     if witness is not None:
         witness._BUILT.clear()
         witness._FOUND.clear()
-    layout = sys.modules.get("model.layout")
-    if layout is not None:
-        layout._LAYOUTS.clear()  # layouts resolved by the other code
+    for name in ("model.layout", "model.layout_chunked"):
+        layout = sys.modules.get(name)
+        if layout is not None:
+            layout._LAYOUTS.clear()  # layouts resolved by the other code
+    answers = sys.modules.get("model.answers_chunked")
+    if answers is not None:
+        answers._KEPT.clear()  # a store's answers built by the other code
 
 
 # ---- equivalent mutants: a Z3 proof that the mutated step computes the same value -------

@@ -1,6 +1,6 @@
-"""``model.layout.startup_layout`` (``resolve_layout`` kept per release and start-up
-fields): its key holds every field ``resolve_layout`` reads, and it answers as
-``resolve_layout`` does."""
+"""``model.layout.startup_layout`` and ``model.layout_chunked.startup_layout``
+(``resolve_layout`` kept per release and start-up fields): its key holds every field
+``resolve_layout`` reads, and it answers as ``resolve_layout`` does."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import releases
+from model import layout_chunked
 from model.layout import (
     STARTUP_FIELDS,
     STARTUP_GROUP_FIELDS,
@@ -22,6 +23,7 @@ from model.real_layouts import load_templates
 from model.scenario import Group, Scenario, ScenarioError
 from model.semantics import get_semantics
 from releases import vllm_0_24_0
+from sim.crosscheck.gen import scenarios as crosscheck_scenarios
 from tests.test_invariant_properties import scenarios
 
 V024 = vllm_0_24_0.SEMANTICS.name
@@ -88,3 +90,30 @@ def test_a_mutant_of_start_up_is_not_answered_from_the_kept_layouts() -> None:
         with applied(name):
             assert startup_layout(s, sem).mamba_align_size == align
     assert startup_layout(s, sem).mamba_align_size == 8
+
+
+
+# --- the chunked family (model.layout_chunked.startup_layout) ----------------------------
+
+CHUNKED = releases.names(family="chunked")
+
+
+def _answer_chunked(f: Any, s: Any, sem: str) -> object:
+    semantics = get_semantics(sem)
+    try:
+        return f(s, semantics.steps, semantics.base_version)
+    except (Refused, ScenarioError) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(CHUNKED).flatmap(crosscheck_scenarios), st.sampled_from(CHUNKED))
+def test_chunked_key_holds_every_field_read_and_the_answer_is_resolve_layouts(
+        s: Scenario, sem: str) -> None:
+    top: set[str] = set()
+    group: set[str] = set()
+    direct = _answer_chunked(layout_chunked.resolve_layout, _Reads(s, top, group), sem)
+    assert top <= {*layout_chunked.STARTUP_FIELDS, "groups"}, top
+    assert group <= set(layout_chunked.STARTUP_GROUP_FIELDS), group
+    assert _answer_chunked(layout_chunked.startup_layout, s, sem) == direct
+    assert _answer_chunked(layout_chunked.startup_layout, s, sem) == direct  # kept

@@ -240,7 +240,8 @@ def make_request(case: dict[str, Any], vllm_config: Any, kv_cache_config: Any,
 
 
 # vLLM 0.32.0's build_offloading_config asks a single group's model for its KV heads
-# (offloading/config.py:185); 0.33.0 does not (docs/releases-adapter-drafts.diff)
+# (offloading/config.py:185), and so does 0.33.0 (offloading/config.py:223, a single
+# full-attention group); the other stand-in fields are for releases before 0.33.0
 ASKS_KV_HEADS = tuple(int(x) for x in VERSION.split(".")[:2]) < (0, 33)
 
 
@@ -248,12 +249,10 @@ def _model_config(case: dict[str, Any]) -> Any:
     """The stand-in model config (see the module doc)."""
     # before 0.33.0 only (0.33.0 keeps its own stand-in): supports_mamba_prefix_caching so
     # that MambaModelConfig keeps mode "all" (0.26.0 - 0.31.0); is_diffusion for
-    # use_v2_model_runner; get_total_num_kv_heads for the single-group parallelism check
-    # (0.28.0 - 0.32.0)
+    # use_v2_model_runner
     extra: dict[str, Any] = {"supports_mamba_prefix_caching": True,
                              "is_diffusion": False} if ASKS_KV_HEADS else {}
-    # 0.33.0 asks it too (offloading/config.py:223) once VLLM_USE_V2_MODEL_RUNNER=0 (set
-    # above) makes use_v2_model_runner False: a single full-attention group's check
+    # get_total_num_kv_heads for the single-group parallelism check (0.28.0 - 0.33.0)
     extra["get_total_num_kv_heads"] = lambda: 1
     return SimpleNamespace(model="crosscheck", dtype=torch.float16, use_mla=False,
                            architecture="crosscheck",
