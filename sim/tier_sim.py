@@ -12,10 +12,12 @@ every hit comes from the tier, as in finding 001's reproductions):
 2. a hit's keys are pinned and read (``prepare_load`` / ``complete_load``,
    scheduler.py:1474, :2293); a key the tier lacks is where vLLM asserts
    (cpu/manager.py:231): counted, and the request goes on without a hit;
-3. the prefill runs in steps of ``step_tokens`` (a multiple of the scheduler block); after
-   each step the connector offers the Mamba state retained at the step's end, rounded
-   down to the scheduler block (one ``prepare_store`` per Mamba group, built first,
-   scheduler.py:2167-2168, :1569-1584), then the window group's new complete chunks
+3. the prefill runs in steps of ``step_tokens`` (a multiple of the scheduler block); in
+   the step whose chunk retains it the connector offers the one Mamba state the KV-cache
+   manager hands over (``sim.tier_store.retained_boundary``: the prompt's last token
+   rounded down to the scheduler block, only where that state has its own block; one
+   ``prepare_store`` per Mamba group, built first, scheduler.py:2167-2168,
+   :1569-1584), then the window group's new complete chunks
    (``sim.tier_store``); stores complete one step later (worker.py submits them at the
    next step's start);
 4. at the end the store is offered once more, ``on_request_finished`` re-ranks the
@@ -51,6 +53,7 @@ from sim.tier_store import (
     after_offer,
     boundary_offer,
     chunk_offer,
+    retained_boundary,
     storable_chunks,
 )
 from sim.workload import Request
@@ -201,15 +204,16 @@ class TierSim:
         nxt = after_load(policy, (0,) * len(self.groups), self.groups, hit) if hit else \
             (0,) * len(self.groups)
         jobs: list[list[Key]] = []
-        last_boundary = hit
         pos = hit
         while True:
             end = min(P, pos + self.step)
             for job in jobs:  # the previous step's stores complete
                 tier.complete_store(job, ctx)
             jobs = []
-            boundary = end // lay.scheduler_block * lay.scheduler_block
-            if boundary > last_boundary:  # the retained state at the step's end
+            # the retained Mamba state this chunk hands over, if any
+            boundary = retained_boundary(P, hit, pos, end, lay.mamba_block,
+                                         lay.scheduler_block)
+            if boundary is not None:
                 for g in range(lay.mamba_groups):
                     if boundary_offer(self.groups[g], boundary, end):
                         k = (hashes[boundary // hb - 1], g)
@@ -217,7 +221,6 @@ class TierSim:
                         o = tier.prepare_store([k], ctx)
                         if o is not None and o.keys_to_store:
                             jobs.append(list(o.keys_to_store))
-                last_boundary = boundary
             storable = tuple(storable_chunks(gr, end, P, len(keys[g]), len(keys[g]), False)
                              for g, gr in enumerate(self.groups))
             nxt = self._offer(keys, nxt, storable, ctx, jobs)

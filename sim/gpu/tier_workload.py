@@ -46,23 +46,98 @@ OUTPUT_TOKENS = 12
 TOKEN_OFFSET = 3  # workload tokens 0..255 become ids 3..258 (0, 1, 2 are special)
 
 
-def predict(out: str, requests: int, seed: int, workload: str, chunks: int,
-            policy: str, semantics: str | None) -> int:
+def workload_trace(requests: int, seed: int, workload: str) -> list[Any]:
+    """The workload's first ``requests`` prompts of at most MAX_PROMPT tokens."""
+    from sim.tier_layouts import LAYOUTS
+    from sim.workload import make_trace
+
+    return [r for r in make_trace(workload, requests * 4, seed, LAYOUTS[LAYOUT].hash_block)
+            if r.prompt_len <= MAX_PROMPT][:requests]
+
+
+def tier_sim(chunks: int, policy: str, semantics: str | None) -> Any:
+    """The tier simulation of this workload's engine settings."""
     import releases
     from sim.tier import TierConfig
     from sim.tier_layouts import LAYOUTS
     from sim.tier_sim import TierSim, TierSimConfig
-    from sim.workload import make_trace
 
-    layout = LAYOUTS[LAYOUT]
     sem = semantics or releases.reference("chunked").name
-    trace = [r for r in make_trace(workload, requests * 4, seed, layout.hash_block)
-             if r.prompt_len <= MAX_PROMPT][:requests]
+    return TierSim(TierSimConfig(LAYOUTS[LAYOUT], TierConfig(chunks, policy)), sem)
+
+
+def log_sim_stores(sim: Any, log: list[dict[str, Any]]) -> None:
+    """Wraps ``sim.tier.prepare_store`` as ``log_prepare_store`` wraps the engine's: every
+    call appends the request (``req-<rid>``), the keys offered and the answer, keys named
+    group:end token from the offering request's context."""
+    names: dict[Any, str] = {}
+    orig = sim.tier.prepare_store
+
+    def logged(keys: Any, ctx: Any) -> Any:
+        keys = list(keys)
+        for k in keys:
+            names[k] = f"{k[1]}:{ctx.position(k)}"
+        out = orig(keys, ctx)
+        log.append({"req": ctx.req_id, "offered": [names[k] for k in keys],
+                    "answer": None if out is None else {
+                        "store": [names.get(k, "?") for k in out.keys_to_store],
+                        "evicted": [names.get(k, "?") for k in out.evicted]}})
+        return out
+
+    sim.tier.prepare_store = logged
+
+
+def store_calls(entries: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """One request's ``prepare_store`` calls as (offered, answer), a refused call that
+    repeats the one before it dropped: the engine retries a refused store every step
+    until the tier has room (scheduler.py:1991-1996), the simulation once per modelled
+    step, and a refusal changes nothing in the tier that a repeat would not."""
+    out: list[tuple[Any, ...]] = []
+    for e in entries:
+        a = e["answer"]
+        call = (tuple(e["offered"]), None if a is None else
+                (tuple(a["store"]), tuple(sorted(a["evicted"]))))
+        if a is None and out and out[-1] == call:
+            continue
+        out.append(call)
+    return out
+
+
+def storecheck(predicted_path: str, real_path: str) -> list[dict[str, Any]]:
+    """Replays the workload of ``predicted_path`` through the tier simulation and compares
+    every request's ``prepare_store`` calls with the engine's store log in
+    ``real_path`` (``store_calls``); the requests that differ, in order."""
+    with open(predicted_path) as f:
+        work = json.load(f)
+    with open(real_path) as f:
+        real = json.load(f)
+    sim = tier_sim(work["tier_chunks"], work["policy"], work["semantics"])
+    sim_log: list[dict[str, Any]] = []
+    log_sim_stores(sim, sim_log)
+    trace = workload_trace(len(work["requests"]), work["seed"], work["workload"])
+    rid_of = {r["request_id"]: r["rid"] for r in real["requests"]}
+    by_real: dict[int, list[dict[str, Any]]] = {}
+    for e in real["store_log"]:
+        by_real.setdefault(rid_of[e["req"]], []).append(e)
+    diffs = []
+    for r in trace:
+        n = len(sim_log)
+        sim.run_request(r)
+        got, want = store_calls(sim_log[n:]), store_calls(by_real.get(r.rid, []))
+        if got != want:
+            diffs.append({"rid": r.rid, "prompt": r.prompt_len, "sim": got, "real": want})
+    return diffs
+
+
+def predict(out: str, requests: int, seed: int, workload: str, chunks: int,
+            policy: str, semantics: str | None) -> int:
+    trace = workload_trace(requests, seed, workload)
     if len(trace) < requests:
         print(f"error: --requests: only {len(trace)} prompts of at most {MAX_PROMPT} tokens",
               file=sys.stderr)
         return 2
-    sim = TierSim(TierSimConfig(layout, TierConfig(chunks, policy)), sem)
+    sim = tier_sim(chunks, policy, semantics)
+    sem = sim.semantics
     rows: list[dict[str, Any]] = []
     for r in trace:
         p = sim.run_request(r)
