@@ -144,7 +144,8 @@ def predict(out: str, requests: int, seed: int, workload: str, chunks: int,
         tokens = [int(t) + TOKEN_OFFSET for t in r.seq.tokens[:r.prompt_len]]
         rows.append({"rid": r.rid, "tokens": tokens,
                      "predicted": {"hit": p.hit_tokens, "state_from": p.state_from,
-                                   "differs": p.wrong_state, "missing_load": p.missing_load}})
+                                   "differs": p.differs, "inherited": p.inherited,
+                                   "missing_load": p.missing_load}})
     doc = {"schema": SCHEMA, "layout": LAYOUT, "semantics": sem, "workload": workload,
            "seed": seed, "tier_chunks": chunks, "policy": policy, "requests": rows}
     with open(out, "w") as f:
