@@ -12,8 +12,10 @@ results are compared request by request (a confusion matrix).
     # GPU host, vLLM 0.33.0 (shared/vllm-offline bundle), P.json carried:
     VLLM_ENABLE_V1_MULTIPROCESSING=0 python3 sim/gpu/tier_workload.py run --model-dir M \\
         --workload P.json --out R.json
-    # here: the comparison (exit 1 on a mismatch)
+    # here: the comparison (exit 1 on a mismatch), and the store offers against the
+    # engine's prepare_store log in R.json (exit 1 on a difference)
     python sim/gpu/tier_workload.py compare --predicted P.json --real R.json [--json C.json]
+    python sim/gpu/tier_workload.py storecheck --predicted P.json --real R.json
 
 The engine runs finding_swa.py's settings (Triton declaring FlashInfer's kernel blocks:
 Mamba 48, window block 32; block 16 hashes) with the tier sized to ``--tier-chunks``.
@@ -367,6 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--model-dir", required=True)
     r.add_argument("--workload", required=True)
     r.add_argument("--out", required=True)
+    k = sub.add_parser("storecheck", help="the simulation's prepare_store calls against "
+                       "the engine's store log, request by request (exit 1 on a difference)")
+    k.add_argument("--predicted", required=True)
+    k.add_argument("--real", required=True)
     c = sub.add_parser("compare")
     c.add_argument("--predicted", required=True)
     c.add_argument("--real", required=True)
@@ -377,6 +383,19 @@ def main(argv: list[str] | None = None) -> int:
                        a.semantics)
     if a.cmd == "compare":
         return compare(a.predicted, a.real, a.json)
+    if a.cmd == "storecheck":
+        with open(a.real) as f:
+            if "store_log" not in json.load(f):
+                print("error: --real: no store_log (a run before the store log)",
+                      file=sys.stderr)
+                return 2
+        diffs = storecheck(a.predicted, a.real)
+        with open(a.predicted) as f:
+            n = len(json.load(f)["requests"])
+        print(f"prepare_store calls: {n - len(diffs)} of {n} requests as the engine's")
+        for d in diffs[:10]:
+            print(f"  {json.dumps(d)}")
+        return 1 if diffs else 0
     from sim.gpu import probe_chunked
 
     if not probe_chunked.in_process():
