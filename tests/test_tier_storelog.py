@@ -1,23 +1,29 @@
 """The tier simulation's ``prepare_store`` calls against the real vLLM 0.33.0 engine's
-store log (``sim/gpu/results/tier-workload/``, H200, 240 requests of the shared-prefix
-workload on finding 001's tiny NemotronH, a 10-chunk LRU tier): request by request, every
-call's keys offered, keys stored and keys evicted (a refused call repeated by the engine
-once per step counted once, ``tier_workload.store_calls``)."""
+store logs (``sim/gpu/results/tier-workload/``, H200, finding 001's tiny NemotronH, 240
+requests each: shared-prefix on a 10-chunk LRU tier and on a 16-chunk ARC tier, chat on a
+32-chunk LRU tier): request by request, every call's keys offered, keys stored and keys
+evicted (a refused call repeated by the engine once per step counted once,
+``tier_workload.store_calls``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sim.gpu import tier_workload
 from sim.tier_store import retained_boundary
 
 RESULTS = Path(__file__).resolve().parents[1] / "sim/gpu/results/tier-workload"
-PREDICTED = RESULTS / "predicted-shared-prefix-lru10.json"
-STORELOG = RESULTS / "vllm-0.33.0-shared-prefix-lru10-storelog.json"
+RUNS = {"shared-prefix-lru10": "vllm-0.33.0-shared-prefix-lru10-storelog.json",
+        "shared-prefix-arc16": "vllm-0.33.0-shared-prefix-arc16.json",
+        "chat-lru32": "vllm-0.33.0-chat-lru32.json"}
 
 
-def test_store_offers_match_the_engine_request_by_request() -> None:
-    diffs = tier_workload.storecheck(str(PREDICTED), str(STORELOG))
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_store_offers_match_the_engine_request_by_request(run: str) -> None:
+    diffs = tier_workload.storecheck(str(RESULTS / f"predicted-{run}.json"),
+                                     str(RESULTS / RUNS[run]))
     assert diffs == []
 
 
@@ -36,6 +42,9 @@ def test_retained_boundary_on_the_48_96_layout() -> None:
         [None, None, 288, 288]
     # past the checkpoint slot's reach: 337 tokens retain 288, the slot ends at 336
     assert retained_boundary(337, 0, 0, 337, 48, 96) is None
+    # a prompt of a multiple of 96: its slot (ending at 240) is cacheable, 192 handed
+    # over (the real manager, and the engine's chat run, rid 103)
+    assert retained_boundary(288, 0, 0, 288, 48, 96) == 192
     # a load of exactly the retained boundary: its block is handed over again
     assert retained_boundary(337, 288, 288, 337, 48, 96) == 288
     # a load below it: the chunk's checkpoint (the engine's rid 137: 256 of 292)

@@ -175,7 +175,7 @@ def run(model_dir: str, workload_path: str, out_path: str) -> int:
             if st is None:
                 return
             try:
-                chunks = self.sched.manager._policy.chunks
+                chunks = held_keys(self.sched.manager)
                 self.held_at_lookup[request.request_id] = [
                     f"{g}:{st.req_context.get_offload_key_position(k)}"
                     for g, gs in enumerate(st.group_states) for k in gs.offload_keys
@@ -281,6 +281,15 @@ def run(model_dir: str, workload_path: str, out_path: str) -> int:
     return 0
 
 
+def held_keys(manager: Any) -> set[Any]:
+    """The keys the CPU tier's policy holds: LRU keeps them in ``chunks``
+    (cpu/policies/lru.py:43), ARC in ``t1`` and ``t2`` (cpu/policies/arc.py:55-56)."""
+    policy = manager._policy
+    if hasattr(policy, "chunks"):
+        return set(policy.chunks)
+    return set(policy.t1) | set(policy.t2)
+
+
 def log_prepare_store(manager: Any, log: list[dict[str, Any]]) -> list[bool]:
     """Wraps the CPU tier's ``prepare_store`` (cpu/manager.py:261) on ``manager``: each call
     while the returned flag is set appends the request, the keys offered and what the tier
@@ -299,7 +308,7 @@ def log_prepare_store(manager: Any, log: list[dict[str, Any]]) -> list[bool]:
         keys = list(keys)
         for k in keys:
             names[k] = f"{get_offload_group_idx(k)}:{req_context.get_offload_key_position(k)}"
-        held = len(manager._policy.chunks)
+        held = len(held_keys(manager))
         out = orig(keys, req_context)
         if on[0]:
             log.append({"req": req_context.req_id, "offered": [name(k) for k in keys],
