@@ -16,8 +16,7 @@ every hit comes from the tier, as in finding 001's reproductions):
    the step whose chunk retains it the connector offers the one Mamba state the KV-cache
    manager hands over (``sim.tier_store.retained_boundary``: the prompt's last token
    rounded down to the scheduler block, only where that state sits in a cacheable block;
-   one
-   ``prepare_store`` per Mamba group, built first, scheduler.py:2167-2168,
+   one ``prepare_store`` per Mamba group, built first, scheduler.py:2167-2168,
    :1569-1584), then the window group's new complete chunks
    (``sim.tier_store``); stores complete one step later (worker.py submits them at the
    next step's start);
