@@ -12,10 +12,12 @@ every hit comes from the tier, as in finding 001's reproductions):
 2. a hit's keys are pinned and read (``prepare_load`` / ``complete_load``,
    scheduler.py:1474, :2293); a key the tier lacks is where vLLM asserts
    (cpu/manager.py:231): counted, and the request goes on without a hit;
-3. the prefill runs in steps of ``step_tokens`` (a multiple of the scheduler block); after
-   each step the connector offers the Mamba state retained at the step's end, rounded
-   down to the scheduler block (one ``prepare_store`` per Mamba group, built first,
-   scheduler.py:2167-2168, :1569-1584), then the window group's new complete chunks
+3. the prefill runs in steps of ``step_tokens`` (a multiple of the scheduler block); in
+   the step whose chunk retains it the connector offers the one Mamba state the KV-cache
+   manager hands over (``sim.tier_store.retained_boundary``: the prompt's last token
+   rounded down to the scheduler block, only where that state sits in a cacheable block;
+   one ``prepare_store`` per Mamba group, built first, scheduler.py:2167-2168,
+   :1569-1584), then the window group's new complete chunks
    (``sim.tier_store``); stores complete one step later (worker.py submits them at the
    next step's start);
 4. at the end the store is offered once more, ``on_request_finished`` re-ranks the
@@ -23,13 +25,21 @@ every hit comes from the tier, as in finding 001's reproductions):
 
 The output can differ from the cold run when the restored Mamba state was saved at
 another position than the hit's end (``no-partial-state``, the recurrent state then
-already holds or lacks tokens: today's recurrent-state semantics); the hit tokens each
-semantics gets are counted, so a fix's cost is the difference.
+already holds or lacks tokens: today's recurrent-state semantics), and when a chunk it
+loads was stored by such a request past that request's hit (``inherited``: the content
+was computed from the wrong state, so a positionally clean hit still restores it; the
+taint passes on through every request that loads it); the hit tokens each semantics gets
+are counted, so a fix's cost is the difference.
+
+Checked request by request against the real engine on an H200 (three workloads of 240
+requests, ``sim/gpu/results/tier-workload/``): hit, state, whether the output differs,
+and every ``prepare_store`` call agree.
 
 Not modelled: concurrent requests (their interleaved stores and loads), the GPU prefix
 cache, decode-phase states (``offload_prompt_only``), sliding-window blocks freed and
-re-allocated before a refused store is retried, and sparse store masks (every layout
-here takes the dense path: ``check_dense``).
+re-allocated before a refused store is retried, sparse store masks (every layout here
+takes the dense path: ``check_dense``), and the scheduler's own splitting of a prefill
+longer than ``step_tokens`` (the steps are taken as its chunks).
 """
 
 from __future__ import annotations
@@ -42,7 +52,7 @@ from dataclasses import dataclass
 from model.evaluate import Outcome, evaluate
 from model.scenario import Group, Scenario
 from model.semantics import get_semantics
-from sim.tier import Answer, Tier, TierConfig
+from sim.tier import Answer, StoreOutput, Tier, TierConfig
 from sim.tier_context import Key, ReqContext
 from sim.tier_layouts import TierLayout
 from sim.tier_store import (
@@ -51,6 +61,7 @@ from sim.tier_store import (
     after_offer,
     boundary_offer,
     chunk_offer,
+    retained_boundary,
     storable_chunks,
 )
 from sim.workload import Request
@@ -96,6 +107,12 @@ class TierRequestResult:
     state_from: int | None  # where the restored state was saved (None: no state)
     missing_load: bool  # the load named a key the tier lacks (vLLM asserts)
     deferred: bool
+    inherited: bool = False  # a loaded chunk was stored by a corrupted request
+
+    @property
+    def differs(self) -> bool:
+        """The output can differ from the cold run: a wrong state, or tainted content."""
+        return self.wrong_state or self.inherited
 
 
 @dataclass(frozen=True)
@@ -109,7 +126,7 @@ class TierSummary:
     prompt_tokens: int
     hit_requests: int
     hit_tokens: int
-    corrupted: int
+    corrupted: int  # wrong state or inherited (``TierRequestResult.differs``)
     missing_loads: int
     deferred: int
     refused: int
@@ -117,6 +134,7 @@ class TierSummary:
     failed_stores: int
     stored_chunks: int
     wall_s: float
+    inherited: int = 0  # of ``corrupted``: a clean load of chunks a corrupted request stored
 
     @property
     def corrupted_rate(self) -> float:
@@ -141,6 +159,9 @@ class TierSim:
         self._outcomes: OrderedDict[Scenario, Outcome] = OrderedDict()
         self.results: list[TierRequestResult] = []
         self.refused = 0
+        # keys whose stored content a corrupted request computed (from a wrong Mamba state
+        # or from tainted chunks): a later load of one differs even at a clean position
+        self.tainted: set[Key] = set()
 
     # -- one request -----------------------------------------------------------------------
 
@@ -183,7 +204,7 @@ class TierSim:
         self.refused += out.refused is not None
         deferred = out.refused is None and out.hit_tokens is None
         hit = out.hit_tokens or 0
-        wrong = missing = False
+        wrong = missing = inherited = False
         state_from = None
         if hit:
             # the chunked model names a key by the token it ends at (model/lookup_chunked.py)
@@ -198,29 +219,32 @@ class TierSim:
                           if ld.group < lay.mamba_groups and ld.state_position is not None]
                 state_from = states[0] if states else None
                 wrong = any(v.invariant == "no-partial-state" for v in out.violations)
+                inherited = any(k in self.tainted for k in load)
         nxt = after_load(policy, (0,) * len(self.groups), self.groups, hit) if hit else \
             (0,) * len(self.groups)
         jobs: list[list[Key]] = []
-        last_boundary = hit
+        # what this request computes past its hit is tainted when its load was wrong
+        taint_above = hit if wrong or inherited else None
         pos = hit
         while True:
             end = min(P, pos + self.step)
             for job in jobs:  # the previous step's stores complete
                 tier.complete_store(job, ctx)
             jobs = []
-            boundary = end // lay.scheduler_block * lay.scheduler_block
-            if boundary > last_boundary:  # the retained state at the step's end
+            # the retained Mamba state this chunk hands over, if any
+            boundary = retained_boundary(P, hit, pos, end, lay.mamba_block,
+                                         lay.scheduler_block)
+            if boundary is not None:
                 for g in range(lay.mamba_groups):
                     if boundary_offer(self.groups[g], boundary, end):
                         k = (hashes[boundary // hb - 1], g)
                         ctx.set_position(k, boundary)  # _make_boundary_key, :1056-1066
-                        o = tier.prepare_store([k], ctx)
+                        o = self._store([k], ctx, taint_above)
                         if o is not None and o.keys_to_store:
                             jobs.append(list(o.keys_to_store))
-                last_boundary = boundary
             storable = tuple(storable_chunks(gr, end, P, len(keys[g]), len(keys[g]), False)
                              for g, gr in enumerate(self.groups))
-            nxt = self._offer(keys, nxt, storable, ctx, jobs)
+            nxt = self._offer(keys, nxt, storable, ctx, jobs, taint_above)
             pos = end
             if pos >= P:
                 break
@@ -228,24 +252,43 @@ class TierSim:
         for job in jobs:
             tier.complete_store(job, ctx)
         jobs = []
-        self._offer(keys, nxt, storable, ctx, jobs)
+        self._offer(keys, nxt, storable, ctx, jobs, taint_above)
         tier.on_request_finished(ctx)
         for job in jobs:
             tier.complete_store(job, ctx)
-        res = TierRequestResult(req.rid, P, hit, wrong, state_from, missing, deferred)
+        res = TierRequestResult(req.rid, P, hit, wrong, state_from, missing, deferred,
+                                inherited)
         self.results.append(res)
         return res
 
     def _offer(self, keys: Sequence[Sequence[Key]], nxt: tuple[int, ...],
                storable: tuple[int, ...], ctx: ReqContext,
-               jobs: list[list[Key]]) -> tuple[int, ...]:
+               jobs: list[list[Key]], taint_above: int | None) -> tuple[int, ...]:
         refs = chunk_offer(self.groups, nxt, storable, lambda g, c: True)
         if not refs:
             return after_offer(nxt, storable, False)
-        o = self.tier.prepare_store([keys[g][c] for g, c in refs], ctx)
+        o = self._store([keys[g][c] for g, c in refs], ctx, taint_above)
         if o is not None and o.keys_to_store:
             jobs.append(list(o.keys_to_store))
         return after_offer(nxt, storable, None if o is None else bool(o.keys_to_store))
+
+    def _store(self, keys: list[Key], ctx: ReqContext,
+               taint_above: int | None) -> StoreOutput | None:
+        """``prepare_store``, and the taint of what it writes: a key this request stores
+        holds content it computed, tainted when its load was wrong or tainted and the
+        key ends past its hit (the attention layers' KV there derive from the corrupted
+        Mamba outputs, the GPU run's rid 138 in sim/gpu/results/tier-workload/); an
+        evicted key's content is gone."""
+        o = self.tier.prepare_store(keys, ctx)
+        if o is not None:
+            self.tainted.difference_update(o.evicted)
+            for k in o.keys_to_store:
+                pos = ctx.position(k)
+                if taint_above is not None and pos is not None and pos > taint_above:
+                    self.tainted.add(k)
+                else:
+                    self.tainted.discard(k)
+        return o
 
     # -- a trace ---------------------------------------------------------------------------
 
@@ -267,6 +310,6 @@ class TierSim:
             self.cfg.layout.name, workload, self.cfg.tier.num_chunks, self.cfg.tier.policy,
             self.semantics, len(rs), sum(r.prompt_tokens for r in rs),
             sum(r.hit_tokens > 0 for r in rs), sum(r.hit_tokens for r in rs),
-            sum(r.wrong_state for r in rs), sum(r.missing_load for r in rs),
+            sum(r.differs for r in rs), sum(r.missing_load for r in rs),
             sum(r.deferred for r in rs), self.refused, t.evictions, t.failed_stores,
-            t.stored_chunks, wall_s)
+            t.stored_chunks, wall_s, sum(r.inherited and not r.wrong_state for r in rs))

@@ -97,6 +97,54 @@ def boundary_offer(group: StoreGroup, boundary: int, offloadable: int) -> bool:
     return boundary <= offloadable and boundary % group.tokens_per_chunk == 0
 
 
+def retained_boundary(prompt: int, hit: int, start: int, end: int, mamba_block: int,
+                      align: int) -> int | None:
+    """The Mamba boundary the KV-cache manager hands the connector in the prefill chunk
+    ``[start, end)`` of a ``prompt``-token request that loaded ``hit`` tokens, or None;
+    ``mamba_block``: the Mamba group's block, ``align``: the scheduler block
+    (``cache_hit_alignment_tokens``, single_type_kv_cache_manager.py:105). Line numbers
+    are 0.33.0's ``v1/core/single_type_kv_cache_manager.py`` unless another file is
+    named.
+
+    ``MambaManager.cache_blocks`` hands over each non-null block it hashes among the
+    cacheable full blocks, with the token its hash ends at (:1978-2023); the hybrid
+    coordinator makes the cacheable tokens the computed ones rounded down to ``align``
+    (kv_cache_coordinator.py:777-804). Under the default
+    ``prefix_cache_retention_interval`` 0 (config/cache.py:275) one state is kept
+    (:1573-1606, :2032-2081): the one at the replay boundary ``prompt - 1``
+    (kv_cache_coordinator.py:65-82, no EAGLE) rounded down to ``align``,
+    ``A = (prompt - 1) // align * align``. It is handed over when its block is among the
+    cacheable ones:
+
+    - a chunk ends at A (the state is written at chunk ends, v1/core/sched/
+      scheduler.py:608-620), or the request loaded exactly A tokens (the loaded state
+      block, kv_cache_manager.py:621-625): its own block, ``A // mamba_block - 1``;
+    - the final chunk starts below A: Mamba2 exports the checkpoint inside the chunk
+      (model_executor/layers/mamba/mamba_mixer2.py:1108-1118, so the scheduler does not
+      split the prefill), at ``A`` into slot ``cdiv(prompt, mamba_block) - 2``
+      (:1756-1782), re-keyed at A (:2032-2081). That slot is A's own block when
+      ``(prompt - 1) // mamba_block * mamba_block == A``; otherwise it is cacheable,
+      hence handed over, only when ``prompt`` is a multiple of ``align``.
+
+    Checked against the real 0.33.0 ``KVCacheManager`` on the CPU for one-chunk
+    prompts of 1-999 tokens on Mamba/window blocks 48/32, 64/48 and 80/32 (every hand-off
+    as this function says) and against the H200 engine's store logs
+    (``tests/test_tier_storelog.py``). Otherwise no Mamba state is offered at all (e.g.
+    262 tokens on 48/96: A = 192 sits in the slot ending at 240, above the 192 cacheable
+    tokens). Scope: intermediate chunk ends are the caller's steps, not the scheduler's
+    own splitting rules (prompts here are one chunk)."""
+    a = (prompt - 1) // align * align
+    if a <= 0 or not start <= a <= end:
+        return None
+    if start == a:
+        return a if hit == a else None  # else offered by the chunk that ended at A
+    if end < prompt:
+        return a if end == a else None
+    if (prompt - 1) // mamba_block * mamba_block == a or prompt % align == 0:
+        return a
+    return None
+
+
 def after_load(policy: OffloadPolicy, next_stored: Sequence[int],
                groups: Sequence[StoreGroup], cached_tokens: int) -> tuple[int, ...]:
     """``next_stored_chunk_idx`` once a load of ``cached_tokens`` (GPU hit plus loaded) is

@@ -12,8 +12,10 @@ results are compared request by request (a confusion matrix).
     # GPU host, vLLM 0.33.0 (shared/vllm-offline bundle), P.json carried:
     VLLM_ENABLE_V1_MULTIPROCESSING=0 python3 sim/gpu/tier_workload.py run --model-dir M \\
         --workload P.json --out R.json
-    # here: the comparison (exit 1 on a mismatch)
+    # here: the comparison (exit 1 on a mismatch), and the store offers against the
+    # engine's prepare_store log in R.json (exit 1 on a difference)
     python sim/gpu/tier_workload.py compare --predicted P.json --real R.json [--json C.json]
+    python sim/gpu/tier_workload.py storecheck --predicted P.json --real R.json
 
 The engine runs finding_swa.py's settings (Triton declaring FlashInfer's kernel blocks:
 Mamba 48, window block 32; block 16 hashes) with the tier sized to ``--tier-chunks``.
@@ -46,30 +48,106 @@ OUTPUT_TOKENS = 12
 TOKEN_OFFSET = 3  # workload tokens 0..255 become ids 3..258 (0, 1, 2 are special)
 
 
-def predict(out: str, requests: int, seed: int, workload: str, chunks: int,
-            policy: str, semantics: str | None) -> int:
+def workload_trace(requests: int, seed: int, workload: str) -> list[Any]:
+    """The workload's first ``requests`` prompts of at most MAX_PROMPT tokens."""
+    from sim.tier_layouts import LAYOUTS
+    from sim.workload import make_trace
+
+    return [r for r in make_trace(workload, requests * 4, seed, LAYOUTS[LAYOUT].hash_block)
+            if r.prompt_len <= MAX_PROMPT][:requests]
+
+
+def tier_sim(chunks: int, policy: str, semantics: str | None) -> Any:
+    """The tier simulation of this workload's engine settings."""
     import releases
     from sim.tier import TierConfig
     from sim.tier_layouts import LAYOUTS
     from sim.tier_sim import TierSim, TierSimConfig
-    from sim.workload import make_trace
 
-    layout = LAYOUTS[LAYOUT]
     sem = semantics or releases.reference("chunked").name
-    trace = [r for r in make_trace(workload, requests * 4, seed, layout.hash_block)
-             if r.prompt_len <= MAX_PROMPT][:requests]
+    return TierSim(TierSimConfig(LAYOUTS[LAYOUT], TierConfig(chunks, policy)), sem)
+
+
+def log_sim_stores(sim: Any, log: list[dict[str, Any]]) -> None:
+    """Wraps ``sim.tier.prepare_store`` as ``log_prepare_store`` wraps the engine's: every
+    call appends the request (``req-<rid>``), the keys offered and the answer, keys named
+    group:end token from the offering request's context."""
+    names: dict[Any, str] = {}
+    orig = sim.tier.prepare_store
+
+    def logged(keys: Any, ctx: Any) -> Any:
+        keys = list(keys)
+        for k in keys:
+            names[k] = f"{k[1]}:{ctx.position(k)}"
+        out = orig(keys, ctx)
+        log.append({"req": ctx.req_id, "offered": [names[k] for k in keys],
+                    "answer": None if out is None else {
+                        "store": [names.get(k, "?") for k in out.keys_to_store],
+                        "evicted": [names.get(k, "?") for k in out.evicted]}})
+        return out
+
+    sim.tier.prepare_store = logged
+
+
+def store_calls(entries: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """One request's ``prepare_store`` calls as (offered, answer), a refused call that
+    repeats the one before it dropped: the engine retries a refused store every step
+    until the tier has room (scheduler.py:1991-1996), the simulation once per modelled
+    step, and a refusal changes nothing in the tier that a repeat would not."""
+    out: list[tuple[Any, ...]] = []
+    for e in entries:
+        a = e["answer"]
+        call = (tuple(e["offered"]), None if a is None else
+                (tuple(a["store"]), tuple(sorted(a["evicted"]))))
+        if a is None and out and out[-1] == call:
+            continue
+        out.append(call)
+    return out
+
+
+def storecheck(predicted_path: str, real_path: str) -> list[dict[str, Any]]:
+    """Replays the workload of ``predicted_path`` through the tier simulation and compares
+    every request's ``prepare_store`` calls with the engine's store log in
+    ``real_path`` (``store_calls``); the requests that differ, in order."""
+    with open(predicted_path) as f:
+        work = json.load(f)
+    with open(real_path) as f:
+        real = json.load(f)
+    sim = tier_sim(work["tier_chunks"], work["policy"], work["semantics"])
+    sim_log: list[dict[str, Any]] = []
+    log_sim_stores(sim, sim_log)
+    trace = workload_trace(len(work["requests"]), work["seed"], work["workload"])
+    rid_of = {r["request_id"]: r["rid"] for r in real["requests"]}
+    by_real: dict[int, list[dict[str, Any]]] = {}
+    for e in real["store_log"]:
+        by_real.setdefault(rid_of[e["req"]], []).append(e)
+    diffs = []
+    for r in trace:
+        n = len(sim_log)
+        sim.run_request(r)
+        got, want = store_calls(sim_log[n:]), store_calls(by_real.get(r.rid, []))
+        if got != want:
+            diffs.append({"rid": r.rid, "prompt": r.prompt_len, "sim": got, "real": want})
+    return diffs
+
+
+def predict(out: str, requests: int, seed: int, workload: str, chunks: int,
+            policy: str, semantics: str | None) -> int:
+    trace = workload_trace(requests, seed, workload)
     if len(trace) < requests:
         print(f"error: --requests: only {len(trace)} prompts of at most {MAX_PROMPT} tokens",
               file=sys.stderr)
         return 2
-    sim = TierSim(TierSimConfig(layout, TierConfig(chunks, policy)), sem)
+    sim = tier_sim(chunks, policy, semantics)
+    sem = sim.semantics
     rows: list[dict[str, Any]] = []
     for r in trace:
         p = sim.run_request(r)
         tokens = [int(t) + TOKEN_OFFSET for t in r.seq.tokens[:r.prompt_len]]
         rows.append({"rid": r.rid, "tokens": tokens,
                      "predicted": {"hit": p.hit_tokens, "state_from": p.state_from,
-                                   "differs": p.wrong_state, "missing_load": p.missing_load}})
+                                   "differs": p.differs, "inherited": p.inherited,
+                                   "missing_load": p.missing_load}})
     doc = {"schema": SCHEMA, "layout": LAYOUT, "semantics": sem, "workload": workload,
            "seed": seed, "tier_chunks": chunks, "policy": policy, "requests": rows}
     with open(out, "w") as f:
@@ -97,7 +175,7 @@ def run(model_dir: str, workload_path: str, out_path: str) -> int:
             if st is None:
                 return
             try:
-                chunks = self.sched.manager._policy.chunks
+                chunks = held_keys(self.sched.manager)
                 self.held_at_lookup[request.request_id] = [
                     f"{g}:{st.req_context.get_offload_key_position(k)}"
                     for g, gs in enumerate(st.group_states) for k in gs.offload_keys
@@ -203,6 +281,15 @@ def run(model_dir: str, workload_path: str, out_path: str) -> int:
     return 0
 
 
+def held_keys(manager: Any) -> set[Any]:
+    """The keys the CPU tier's policy holds: LRU keeps them in ``chunks``
+    (cpu/policies/lru.py:43), ARC in ``t1`` and ``t2`` (cpu/policies/arc.py:55-56)."""
+    policy = manager._policy
+    if hasattr(policy, "chunks"):
+        return set(policy.chunks)
+    return set(policy.t1) | set(policy.t2)
+
+
 def log_prepare_store(manager: Any, log: list[dict[str, Any]]) -> list[bool]:
     """Wraps the CPU tier's ``prepare_store`` (cpu/manager.py:261) on ``manager``: each call
     while the returned flag is set appends the request, the keys offered and what the tier
@@ -221,7 +308,7 @@ def log_prepare_store(manager: Any, log: list[dict[str, Any]]) -> list[bool]:
         keys = list(keys)
         for k in keys:
             names[k] = f"{get_offload_group_idx(k)}:{req_context.get_offload_key_position(k)}"
-        held = len(manager._policy.chunks)
+        held = len(held_keys(manager))
         out = orig(keys, req_context)
         if on[0]:
             log.append({"req": req_context.req_id, "offered": [name(k) for k in keys],
@@ -291,6 +378,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--model-dir", required=True)
     r.add_argument("--workload", required=True)
     r.add_argument("--out", required=True)
+    k = sub.add_parser("storecheck", help="the simulation's prepare_store calls against "
+                       "the engine's store log, request by request (exit 1 on a difference)")
+    k.add_argument("--predicted", required=True)
+    k.add_argument("--real", required=True)
     c = sub.add_parser("compare")
     c.add_argument("--predicted", required=True)
     c.add_argument("--real", required=True)
@@ -301,6 +392,19 @@ def main(argv: list[str] | None = None) -> int:
                        a.semantics)
     if a.cmd == "compare":
         return compare(a.predicted, a.real, a.json)
+    if a.cmd == "storecheck":
+        with open(a.real) as f:
+            if "store_log" not in json.load(f):
+                print("error: --real: no store_log (a run before the store log)",
+                      file=sys.stderr)
+                return 2
+        diffs = storecheck(a.predicted, a.real)
+        with open(a.predicted) as f:
+            n = len(json.load(f)["requests"])
+        print(f"prepare_store calls: {n - len(diffs)} of {n} requests as the engine's")
+        for d in diffs[:10]:
+            print(f"  {json.dumps(d)}")
+        return 1 if diffs else 0
     from sim.gpu import probe_chunked
 
     if not probe_chunked.in_process():
