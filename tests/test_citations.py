@@ -17,7 +17,7 @@ import pytest
 
 from model.citations import _LINES, TOKENS, releases, span, tokens
 from proofs.theorems import PRECONDITIONS
-from sim.crosscheck.envs import venvs_dir
+from sim.crosscheck.envs import source_package, venvs_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "docs" / "spec.md", *(ROOT / "docs" / "spec").glob("*.md")])
@@ -28,11 +28,12 @@ LINK = re.compile(r"/blob/v(\d+\.\d+\.\d+)/vllm/([\w/]+\.py)#L(\d+)(?:-L(\d+))?"
 
 
 def source_root(version: str) -> Path | None:
-    """The ``vllm`` package of the release's cross-check environment, else the release's
-    unpacked wheel beside the checkout (``../wheels/src-X.Y.Z/vllm``), if either exists."""
-    found = sorted((venvs_dir() / f"vllm-{version}").glob("lib/python3*/site-packages/vllm"))
+    """The ``vllm`` package of the release's cross-check environment (full or light), else
+    the release's unpacked wheel beside the checkout (``../wheels/src-X.Y.Z/vllm``), if
+    either exists."""
+    found = source_package(version)
     unpacked = ROOT.parent / "wheels" / f"src-{version}" / "vllm"
-    return found[0] if found else (unpacked if unpacked.is_dir() else None)
+    return found if found is not None else (unpacked if unpacked.is_dir() else None)
 
 
 def misplaced(lines: list[str], texts: tuple[str, ...], first: int, last: int) -> str | None:

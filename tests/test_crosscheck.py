@@ -26,7 +26,7 @@ from releases import vllm_0_23_0, vllm_0_24_0
 from sim.crosscheck.cli import SEED, SEED_HIT, Tally, check_one, replay, run_hypothesis
 from sim.crosscheck.client import RealScheduler
 from sim.crosscheck.compare import compare, model_view
-from sim.crosscheck.envs import VERSIONS
+from sim.crosscheck.envs import ci_versions
 from sim.crosscheck.gen import scenarios
 from sim.crosscheck.mapping import semantics_for, to_case
 from tests.replay import remember
@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = int(os.environ.get("CROSSCHECK_EXAMPLES", "2000"))
 
 
-@pytest.fixture(scope="module", params=VERSIONS)
+# the pinned releases and the release of the day (CROSSCHECK_VERSIONS=all: every release)
+@pytest.fixture(scope="module", params=ci_versions())
 def real(request: pytest.FixtureRequest) -> Iterator[RealScheduler]:
     with RealScheduler(request.param) as r:
         yield r

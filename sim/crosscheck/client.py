@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any
 
-from sim.crosscheck.envs import ROOT, ensure_env
+from sim.crosscheck.envs import ROOT, harness_python
 from sim.crosscheck.mapping import fix_for, semantics_for
 
 HARNESS = Path(__file__).resolve().parent / "adapters" / "harness.py"
@@ -42,8 +42,8 @@ class RealScheduler:
         ``harness``: another adapter speaking the same protocol (default: the
         scheduler harness for ``version``), e.g. ``adapters/tier_manager.py``.
         ``python``: the interpreter to run the harness with (default: the release's full
-        env, ``ensure_env``); a release without a model runs as shipped (``semantics``
-        empty)."""
+        env if made, else its light env: ``envs.harness_python``); a release without a
+        model runs as shipped (``semantics`` empty)."""
         self.version = version
         try:
             own = semantics_for(version)
@@ -51,7 +51,7 @@ class RealScheduler:
             own = ""
         self.semantics = semantics or own
         self.fix = fix_for(version, self.semantics) if self.semantics else None
-        python = python or ensure_env(version)
+        python = python or harness_python(version)
         env = dict(os.environ, PYTHONHASHSEED="0", VLLM_LOGGING_LEVEL="ERROR",
                    TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="",
                    CROSSCHECK_FIX=self.fix or "")

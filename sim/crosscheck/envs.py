@@ -349,6 +349,55 @@ def ensure_light_env(version: str) -> Path:
     return python
 
 
+def harness_python(version: str) -> Path:
+    """The interpreter a release's real scheduler runs in: its full env when one is made
+    (``ensure_env``), else its light env (made if needed). CI makes full envs only for
+    the releases whose tests need more than the scheduler (``FULL_VERSIONS``)."""
+    version = canonical(version)
+    return env_python(version) if is_ready(version) else ensure_light_env(version)
+
+
+def source_package(version: str) -> Path | None:
+    """The ``vllm`` package of an environment already made for ``version`` (its full env,
+    else a finished light env), without making one; None if neither exists."""
+    full = release_package(version)
+    if full is not None:
+        return full
+    light = sorted(p for p in venvs_dir().glob(
+        f"light-{canonical(version)}-*/lib/python3*/site-packages/vllm")
+        if (p.parents[3] / LIGHT_STAMP).exists())
+    return light[-1] if light else None
+
+
+def pinned_versions() -> tuple[str, ...]:
+    """The releases the cross-check runs on every CI run: those the proofs make claims
+    about (``releases.proved``) and the newest; the rest take turns (``ci_versions``)."""
+    claimed = {releases.get(n).base_version for n in releases.proved()}
+    claimed.add(releases.newest().base_version)
+    return tuple(v for v in VERSIONS if v in claimed)
+
+
+def ci_versions(day_of_year: int | None = None) -> tuple[str, ...]:
+    """``CROSSCHECK_VERSIONS`` (comma-separated, or ``all``), else the pinned releases and
+    the release of the day among the others (by the day of the year, UTC), oldest first:
+    each release is cross-checked in full by ``python -m sim.crosscheck --vllm all``."""
+    given = os.environ.get("CROSSCHECK_VERSIONS", "").strip()
+    if given == "all":
+        return VERSIONS
+    if given:
+        return tuple(canonical(v.strip()) for v in given.split(","))
+    pinned = pinned_versions()
+    rest = [v for v in VERSIONS if v not in pinned]
+    if not rest:
+        return pinned
+    if day_of_year is None:
+        import datetime
+
+        day_of_year = datetime.datetime.now(datetime.UTC).timetuple().tm_yday
+    today = rest[day_of_year % len(rest)]
+    return tuple(v for v in VERSIONS if v in pinned or v == today)
+
+
 def light_package(version: str) -> Path:
     """The ``vllm`` package of the release's light env (made if needed)."""
     python = ensure_light_env(version)
