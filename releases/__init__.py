@@ -22,6 +22,7 @@ __all__ = ["ChunkSteps", "Expect", "Semantics", "get", "names", "newest", "regis
 
 # the built-in modules, in report order: the block lookup's family, then the chunked one's
 BUILTIN = ("vllm_0_23_0", "vllm_0_24_0", "alt_round_num_hit", "alt_cache_config_block_size",
+           "vllm_0_25_0", "vllm_0_26_0", "vllm_0_27_0",
            "vllm_0_33_0", "fix_001_reround", "fix_001_reround_rerun", "fix_003_cap_min",
            "vllm_0_32_0")
 PLUGINS_ENV = "OLC_SEMANTICS"
