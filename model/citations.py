@@ -284,6 +284,7 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "blocks_per_chunk": (OCFG, 70),
         "chunk_both": (OCFG, 64),
         "mamba_mode_none_off": (MODELCFG, 596),
+        "mamba_mode_one": (CACHECFG, 139),
         "bpc_positive": (OCFG, 72),
     },
     # vllm-0.27.0 (releases/vllm_0_27_0.py; 0.27.1 is the same source): 0.26.0's steps
@@ -358,6 +359,7 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "blocks_per_chunk": (OCFG, 78),
         "chunk_both": (OCFG, 72),
         "mamba_mode_none_off": (MODELCFG, 651),
+        "mamba_mode_one": (CACHECFG, 139),
         "bpc_positive": (OCFG, 80),
     },
     # vllm-0.32.0 (releases/vllm_0_32_0.py): 0.33.0's steps where 0.32.0 has them, and its
@@ -785,6 +787,7 @@ RELEASE_TOKENS["0.26.0"] = {
     "chunk_both": ("raise ValueError(",),
     "bpc_positive": ("if blocks_per_chunk <= 0:",),
     "mamba_mode_none_off": ("if cache_config.mamba_cache_mode != \"none\":",),
+    "mamba_mode_one": ("mamba_cache_mode: MambaCacheMode =",),
 }
 
 

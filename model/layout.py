@@ -119,7 +119,14 @@ def check_mamba_modes(s: Scenario, sem: Semantics) -> None:
     """0.26.0 on (``offloading_config``): the engine's ``MambaModelConfig`` sets the Mamba
     cache mode from prefix caching (for a model that supports Mamba prefix caching):
     "none" becomes "all" with caching on, any other mode "none" with it off
-    (model_executor/models/config.py:559-561, 596 in 0.26.0)."""
+    (model_executor/models/config.py:559-561, 596 in 0.26.0). The mode is one engine
+    setting (``CacheConfig.mamba_cache_mode``, config/cache.py:139), so every Mamba group
+    has the same."""
+    modes = sorted({str(g.mamba_cache_mode) for g in s.groups if g.kind == "mamba"})
+    if len(modes) > 1:
+        raise Refused(cite(sem.base_version, "mamba_mode_one"),
+                      f"groups: Mamba groups in modes {modes}; {sem.base_version} runs every "
+                      "Mamba group in the engine's one mamba_cache_mode")
     for i, g in enumerate(s.groups):
         if g.kind != "mamba":
             continue

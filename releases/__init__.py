@@ -16,7 +16,8 @@ from collections.abc import Iterable
 
 from releases.base import ChunkSteps, Expect, Semantics
 
-__all__ = ["ChunkSteps", "Expect", "Semantics", "get", "names", "newest", "register",
+__all__ = ["ChunkSteps", "Expect", "Semantics", "get", "names", "newest", "newest_proved",
+           "register",
            "all_semantics", "releases", "fixes", "fix_for", "by_version", "versions",
            "reference", "proved"]
 
@@ -90,6 +91,14 @@ def newest(family: str | None = None) -> Semantics:
     rel = releases(family)
     if not rel:
         raise ValueError(f"semantics: no release of family {family!r}")
+    return get(rel[-1])
+
+
+def newest_proved(family: str | None = None) -> Semantics:
+    """The newest modelled release (optionally of one family) the proofs encode."""
+    rel = [n for n in releases(family) if get(n).expect]
+    if not rel:
+        raise ValueError(f"semantics: no release of family {family!r} in the proofs")
     return get(rel[-1])
 
 

@@ -285,9 +285,10 @@ def _offloading_config_extras(draw: st.DrawFn, out: dict[str, Any]) -> None:
         if _chance(draw, 0.8):
             out["block_size_factor"] = 1
     on = out.get("enable_prefix_caching", True)
+    mode = draw(st.sampled_from(["align", "all"])) if on else "none"  # one engine setting
     for g in out["groups"]:
         if g["kind"] == "mamba" and _chance(draw, 0.9):
-            g["mamba_cache_mode"] = draw(st.sampled_from(["align", "all"])) if on else "none"
+            g["mamba_cache_mode"] = mode
 
 
 def scenarios(semantics: str = BLOCK_RELEASE) -> st.SearchStrategy[Scenario]:
