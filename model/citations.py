@@ -663,6 +663,10 @@ TOKENS: dict[str, tuple[str, ...]] = {
     "worker_skip": ("src_logical_blocks_to_skip = block_idx % self.src_block_size_factor",),
     "sub_block_ptrs": ("flat[skip_count : skip_count + num_sub_blocks]",),
     "mamba_block_size_default": ("cache_config.mamba_block_size = cache_config.block_size",),
+    # the block family from 0.25.0 / 0.26.0
+    "lookup_result": ("class LookupResult(Enum):",),
+    "bpc_positive": ("if blocks_per_chunk <= 0:",),
+    "mamba_mode_one": ("mamba_cache_mode: MambaCacheMode =",),
     # the simple partial tail's inline boundary lookups (0.28.0-0.32.0; 0.33.0 moved them
     # into _lookup_partial_tail) and its start-up switch
     "tail_boundary_lookup": ("result = self.manager.lookup(key, req_status.req_context)",),
@@ -764,7 +768,6 @@ RELEASE_TOKENS["0.25.0"] = {
     "prefix_retry": ("case LookupResult.RETRY:",),
     "window_hit_pending": ("case LookupResult.HIT_PENDING:",),
     "window_retry": ("case LookupResult.RETRY:",),
-    "lookup_result": ("class LookupResult(Enum):",),
 }
 
 
@@ -785,9 +788,7 @@ RELEASE_TOKENS["0.26.0"] = {
     "factor_divides": ("assert tokens_per_chunk_int % tokens_per_block == 0",),
     "blocks_per_chunk": ("blocks_per_chunk = int(blocks_per_chunk_config)",),
     "chunk_both": ("raise ValueError(",),
-    "bpc_positive": ("if blocks_per_chunk <= 0:",),
     "mamba_mode_none_off": ("if cache_config.mamba_cache_mode != \"none\":",),
-    "mamba_mode_one": ("mamba_cache_mode: MambaCacheMode =",),
 }
 
 
