@@ -9,10 +9,10 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
+import releases
 from model.evaluate import evaluate
 from model.layout import Refused
 from model.scenario import Group, Scenario, ScenarioError
-import releases
 from model.semantics import SEMANTICS as ALL_BLOCK
 from releases import vllm_0_23_0
 
