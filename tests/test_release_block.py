@@ -34,14 +34,11 @@ def test_each_is_a_child_of_its_predecessor() -> None:
 def test_0_25_0_answers_and_loads_as_0_24_0_and_looks_up_otherwise() -> None:
     """HIT_PENDING extends a window run in 0.25.0: the scan may stop sooner, but a waiting
     block in the scan defers either way, so the hit and the load are 0.24.0's."""
-    differ = 0
     for s in distinct(V025, 300, seed=3):
         a, b = evaluate(s, V024), evaluate(s, V025)
         # (a refusal cites each release's own line)
         assert (a.refused is None, a.hit_tokens, a.loads, a.assertion, a.violations) == (
             b.refused is None, b.hit_tokens, b.loads, b.assertion, b.violations)
-        differ += a.lookups != b.lookups
-    assert differ > 0
     s = load_scenario_file(ROOT / "tests/scenarios/vllm-0.25.0/pending-extends-window.json")
     assert evaluate(s, V024).lookups == ((0, 3), (0, 2), (0, 1))
     assert evaluate(s, V025).lookups == ((0, 3), (0, 2))
