@@ -47,10 +47,13 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
     sem: Semantics = get_semantics(semantics or s.semantics)
     if sem.chunked:
         return _evaluate_chunked(s, sem, enforce)
-    if s.blocks_per_chunk is not None:  # the option exists only from 0.33.0 on; older
-        # releases ignore the unknown extra-config key, which this model does not follow
+    if s.blocks_per_chunk is not None and not sem.offloading_config:
+        # the option exists from 0.26.0 on; older releases ignore the unknown extra-config
+        # key, which this model does not follow
         raise ScenarioError(f"blocks_per_chunk: not modelled for {sem.name} (a "
-                            "kv_connector_extra_config option from vLLM 0.33.0 on)")
+                            "kv_connector_extra_config option from vLLM 0.26.0 on)")
+    if sem.offloading_config:
+        _new_requests_only(s, sem)
     try:
         layout = startup_layout(s, sem)  # start-up checks always hold: no layout otherwise
         if enforce:
@@ -58,7 +61,7 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
     except Refused as e:
         return Outcome(sem.name, str(e), None, (), ())
     res = get_num_new_matched_tokens(layout, s, sem)
-    plan = load_plan(layout, s, res.num_hit_tokens)
+    plan = load_plan(layout, s, res.num_hit_tokens, sem.load_window_slack)
     violations = check_all(s, layout, res.num_hit_tokens, plan)
     if s.valid_hit is not None and res.num_hit_tokens is not None:
         violations += _maximality_claim(s, layout, sem, res.num_hit_tokens)
@@ -70,6 +73,15 @@ def evaluate(s: Scenario, semantics: str | None = None, *, enforce: bool = True)
         assertion = assertion or f"a load is issued while transfers are in flight ({check})"
     return Outcome(sem.name, None, res.num_hit_tokens, plan.loads, tuple(violations),
                    res, layout, assertion)
+
+
+def _new_requests_only(s: Scenario, sem: Semantics) -> None:
+    """The block lookup from 0.26.0 on is modelled for new requests without context
+    parallelism (its cross-check adapter, harness_chunked.py, drives no other)."""
+    for name, unset in (("output_tokens", 0), ("context_parallel_size", 1)):
+        if getattr(s, name) != unset:
+            raise ScenarioError(f"{name}: not modelled for {sem.name} (new requests without "
+                                "context parallelism from vLLM 0.26.0 on)")
 
 
 MAX_V033_HASHES = 1_000_000

@@ -101,7 +101,46 @@ def _window_in_blocks(kind: str, window: int | None, offloaded_block_size: int) 
     return None
 
 
-def _mamba_align_size(s: Scenario, sem: Semantics) -> int | None:
+def _chunk_factor(s: Scenario, sem: Semantics) -> int:
+    """GPU blocks per offloaded block: the extra config's ``block_size`` factor, or from
+    0.26.0 its ``blocks_per_chunk`` (offloading/config.py:64-73 in 0.26.0)."""
+    if s.blocks_per_chunk is None:
+        return s.block_size_factor
+    if s.block_size_factor != 1:
+        raise Refused(
+            cite(sem.base_version, "chunk_both"),
+            "blocks_per_chunk with block_size_factor != 1: specify only one of "
+            "'block_size' or 'blocks_per_chunk'",
+        )
+    return s.blocks_per_chunk
+
+
+def check_mamba_modes(s: Scenario, sem: Semantics) -> None:
+    """0.26.0 on (``offloading_config``): the engine's ``MambaModelConfig`` sets the Mamba
+    cache mode from prefix caching (for a model that supports Mamba prefix caching):
+    "none" becomes "all" with caching on, any other mode "none" with it off
+    (model_executor/models/config.py:559-561, 596 in 0.26.0). The mode is one engine
+    setting (``CacheConfig.mamba_cache_mode``, config/cache.py:139), so every Mamba group
+    has the same."""
+    modes = sorted({str(g.mamba_cache_mode) for g in s.groups if g.kind == "mamba"})
+    if len(modes) > 1:
+        raise Refused(cite(sem.base_version, "mamba_mode_one"),
+                      f"groups: Mamba groups in modes {modes}; {sem.base_version} runs every "
+                      "Mamba group in the engine's one mamba_cache_mode")
+    for i, g in enumerate(s.groups):
+        if g.kind != "mamba":
+            continue
+        if s.enable_prefix_caching and g.mamba_cache_mode == "none":
+            raise Refused(cite(sem.base_version, "mamba_all_default"),
+                          f"groups[{i}].mamba_cache_mode: with prefix caching on "
+                          f"{sem.base_version} runs Mamba in mode 'all', not 'none'")
+        if not s.enable_prefix_caching and g.mamba_cache_mode != "none":
+            raise Refused(cite(sem.base_version, "mamba_mode_none_off"),
+                          f"groups[{i}].mamba_cache_mode: with prefix caching off "
+                          f"{sem.base_version} runs Mamba in mode 'none'")
+
+
+def _mamba_align_size(s: Scenario, sem: Semantics, factor: int) -> int | None:
     align_groups = [
         g for g in s.groups if g.kind == "mamba" and g.mamba_cache_mode == "align"
     ]
@@ -116,19 +155,21 @@ def _mamba_align_size(s: Scenario, sem: Semantics) -> int | None:
         return s.mamba_block_size
     # resolve_mamba_align_size (scheduler.py:108): every align group's offloaded size
     cp = s.context_parallel_size
-    sizes = {g.gpu_block_size * cp * s.block_size_factor for g in align_groups}
+    sizes = {g.gpu_block_size * cp * factor for g in align_groups}
     if sem.align_assert and len(sizes) > 1:
         raise Refused(
             cite(sem.base_version, "mamba_align_assert"),
             f"Mamba align groups disagree on the offloaded block size {sorted(sizes)}",
         )
     # the last one, as vLLM
-    return align_groups[-1].gpu_block_size * cp * s.block_size_factor
+    return align_groups[-1].gpu_block_size * cp * factor
 
 
 def resolve_layout(s: Scenario, sem: Semantics) -> Layout:
     """Build the layout the release's start-up code builds, or raise ``Refused``."""
     version = sem.base_version
+    if sem.offloading_config:
+        check_mamba_modes(s, sem)
     hash_block_size = resolve_hash_block_size(s, version)
     gpu_sizes = gpu_block_sizes(s)
     for bs in gpu_sizes:  # base.py:493
@@ -138,13 +179,13 @@ def resolve_layout(s: Scenario, sem: Semantics) -> Layout:
                 f"gpu_block_size {bs} is not divisible by hash_block_size "
                 f"{hash_block_size}",
             )
+    factor = _chunk_factor(s, sem)
     if s.block_size_factor != 1 and len(set(gpu_sizes)) != 1:
         # base.py:507: an offloaded 'block_size' needs one GPU block size for all groups
         raise Refused(
             cite(version, "same_block_size"),
             "block_size_factor != 1 needs every group to have the same gpu_block_size",
         )
-    factor = s.block_size_factor
     groups = []
     for i, (g, bs) in enumerate(zip(s.groups, gpu_sizes, strict=True)):
         obs = bs * factor
@@ -170,7 +211,7 @@ def resolve_layout(s: Scenario, sem: Semantics) -> Layout:
         hash_block_size=hash_block_size,
         sliding_window_groups=tuple(windowed),
         lookup_groups=tuple(full) + tuple(windowed),  # scheduler.py:346
-        mamba_align_size=_mamba_align_size(s, sem),
+        mamba_align_size=_mamba_align_size(s, sem, factor),
     )
 
 
@@ -179,7 +220,7 @@ def resolve_layout(s: Scenario, sem: Semantics) -> Layout:
 # checks that against what it reads); refusals are not kept. Bounded: cleared when full.
 STARTUP_GROUP_FIELDS = ("kind", "gpu_block_size", "sliding_window", "mamba_cache_mode", "eagle")
 STARTUP_FIELDS = ("block_size_factor", "context_parallel_size", "hash_block_size",
-                  "mamba_block_size")
+                  "mamba_block_size", "blocks_per_chunk", "enable_prefix_caching")
 _startup_fields = operator.attrgetter(*STARTUP_FIELDS)
 _startup_group_fields = operator.attrgetter(*STARTUP_GROUP_FIELDS)
 _LAYOUTS: dict[tuple[object, ...], Layout] = {}

@@ -89,7 +89,7 @@ def num_skipped_tokens(group: Group, num_computed_tokens: int) -> int:
 
 
 def _group_load(cfg: GroupConfig, g: Group, s: Scenario, num_external_tokens: int,
-                factor: int) -> tuple[GroupLoad, str | None]:
+                factor: int, slack: int) -> tuple[GroupLoad, str | None]:
     num_cached_tokens = s.num_computed_tokens + num_external_tokens
     gpu_bs = cfg.gpu_block_size
     num_gpu_blocks = cdiv(num_cached_tokens, gpu_bs)  # scheduler.py:711 (601)
@@ -103,9 +103,10 @@ def _group_load(cfg: GroupConfig, g: Group, s: Scenario, num_external_tokens: in
     num_pending_gpu_blocks = num_gpu_blocks - first_pending
     assertion = None
     window = cfg.sliding_window_size_in_blocks
-    if window is not None and num_pending_gpu_blocks > window * factor:
+    # scheduler.py:728; 0.27.0 accepts ``slack`` (one) more block (its scheduler.py:918)
+    if window is not None and num_pending_gpu_blocks > window * factor + slack:
         assertion = (f"group {cfg.group_idx}: {num_pending_gpu_blocks} pending GPU blocks "
-                     f"exceed the window of {window * factor} (scheduler.py:728)")
+                     f"exceed the window of {window * factor + slack} (scheduler.py:728)")
     num_blocks = cdiv(num_cached_tokens, cfg.offloaded_block_size)  # scheduler.py:734
     blocks = range(0)
     if num_pending_gpu_blocks:
@@ -124,14 +125,18 @@ def _group_load(cfg: GroupConfig, g: Group, s: Scenario, num_external_tokens: in
                      copy_start=first_pending, copy_end=copy_end, factor=factor), assertion
 
 
-def load_plan(layout: Layout, s: Scenario, num_external_tokens: int | None) -> LoadPlan:
-    """The load a hit of ``num_external_tokens`` issues (none for 0 or a deferral)."""
+def load_plan(layout: Layout, s: Scenario, num_external_tokens: int | None,
+              window_slack: int = 0) -> LoadPlan:
+    """The load a hit of ``num_external_tokens`` issues (none for 0 or a deferral);
+    ``window_slack``: pending GPU blocks a window group accepts beyond its window
+    (``Semantics.load_window_slack``)."""
     if not num_external_tokens:  # scheduler.py:686: nothing to load
         return LoadPlan(())
     loads = []
     assertion = None
     for cfg, g in zip(layout.groups, s.groups, strict=True):
-        load, failed = _group_load(cfg, g, s, num_external_tokens, layout.block_size_factor)
+        load, failed = _group_load(cfg, g, s, num_external_tokens, layout.block_size_factor,
+                                   window_slack)
         loads.append(load)
         assertion = assertion or failed
     return LoadPlan(tuple(loads), assertion)

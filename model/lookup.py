@@ -101,7 +101,9 @@ def _maximal_prefix_lookup(mgr: _Manager, group: int, blocks: range) -> int | No
     # scheduler.py:388 (323): consecutive hits from the start; a deferred answer counts
     # as a hit so that the manager can start async lookups, but the result is None
     g = mgr.groups[group]
-    waiting = g.deferred | g.pending  # pending: 0.33.0 field, answered as deferred here
+    # (0.25.0 on: a pending block answers HIT_PENDING, counted, a deferred one RETRY, not
+    # counted, and the scan goes on: the same blocks looked up and, deferred, None)
+    waiting = g.deferred | g.pending
     runs = _runs(blocks, g.stored, waiting, frozenset())
     hit_count = runs[0][1] if runs and runs[0][0] == 0 else 0
     if len(blocks):  # the hits, then the first miss (if any) are looked up
@@ -111,13 +113,19 @@ def _maximal_prefix_lookup(mgr: _Manager, group: int, blocks: range) -> int | No
     return None if defer_lookup else hit_count
 
 
-def _sliding_window_lookup(mgr: _Manager, group: int, blocks: range, window: int) -> int | None:
+def _sliding_window_lookup(mgr: _Manager, group: int, blocks: range, window: int,
+                           pending_hits: bool) -> int | None:
     # scheduler.py:407 (342): scan from the end for the last run of `window` hits and
     # return its end index within `blocks`; a run that reaches the start counts as is;
-    # a deferred answer breaks a run (and defers the result)
+    # a deferred answer breaks a run (and defers the result). ``pending_hits`` (0.25.0
+    # on, its scheduler.py:427, 433): a pending block (HIT_PENDING) extends the run
+    # instead, a deferred one (RETRY) still breaks it; both defer the result
     g = mgr.groups[group]
-    waiting = g.deferred | g.pending  # pending: 0.33.0 field, answered as deferred here
-    runs = _runs(blocks, g.stored, frozenset(), waiting)
+    waiting = g.deferred | g.pending  # before 0.25.0 pending is answered as deferred
+    if pending_hits:
+        runs = _runs(blocks, g.stored, g.pending, g.deferred)
+    else:
+        runs = _runs(blocks, g.stored, frozenset(), waiting)
     for a, b in reversed(runs):
         if b - a >= window:
             idx = b - window  # the scan stops here, having looked up [idx, len)
@@ -189,7 +197,8 @@ def lookup(layout: Layout, s: Scenario, sem: Semantics) -> LookupResult:
                 num_hit_blocks = _maximal_prefix_lookup(mgr, group_idx, blocks)
             else:
                 required_window = window + 1 if is_eagle_unverified else window  # :540
-                num_hit_blocks = _sliding_window_lookup(mgr, group_idx, blocks, required_window)
+                num_hit_blocks = _sliding_window_lookup(mgr, group_idx, blocks, required_window,
+                                                        sem.window_pending_hits)
             queried = (blocks.start, blocks.stop)
             if num_hit_blocks == 0:  # scheduler.py:546 (453)
                 steps.append((passes, group_idx, before, queried, 0,

@@ -26,7 +26,7 @@ def is_valid_hit(s: Scenario, layout: Layout, sem: Semantics, hit: int) -> bool:
     if any(cdiv(end, c.offloaded_block_size) > s.num_tokens // c.offloaded_block_size
            for c in layout.groups):
         return False  # the request has no key for a block it would load
-    plan = load_plan(layout, s, hit)
+    plan = load_plan(layout, s, hit, sem.load_window_slack)
     if plan.assertion or check_all(s, layout, hit, plan):
         return False
     for load in plan.loads:

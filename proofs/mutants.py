@@ -101,7 +101,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "no-partial-state"),
     Mutant("align-gpu-block-size", "aligned to the GPU block size, not the offloaded one",
            (_e(LY, "_mamba_align_size", "return align_groups[-1].gpu_block_size * cp * "
-               "s.block_size_factor", "return align_groups[-1].gpu_block_size * cp"),),
+               "factor", "return align_groups[-1].gpu_block_size * cp"),),
            (_e(E, "derive", "align = obs[aligned[0]]", "align = cfg.gpu[aligned[0]]"),
             # the layered proof's queries see the align size through an Env
             _e(E, "derive", "align = env.align_gpu * cfg.factor", "align = env.align_gpu"),

@@ -34,8 +34,8 @@ def _newest() -> str:
 
 
 def _older() -> str:
-    """The older family's newest release."""
-    return releases.newest(releases.get(releases.releases()[0]).family).name
+    """The older family's newest release the proofs encode."""
+    return releases.newest_proved(releases.get(releases.releases()[0]).family).name
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,14 @@ from collections.abc import Iterable
 
 from releases.base import ChunkSteps, Expect, Semantics
 
-__all__ = ["ChunkSteps", "Expect", "Semantics", "get", "names", "newest", "register",
+__all__ = ["ChunkSteps", "Expect", "Semantics", "get", "names", "newest", "newest_proved",
+           "register",
            "all_semantics", "releases", "fixes", "fix_for", "by_version", "versions",
            "reference", "proved"]
 
 # the built-in modules, in report order: the block lookup's family, then the chunked one's
 BUILTIN = ("vllm_0_23_0", "vllm_0_24_0", "alt_round_num_hit", "alt_cache_config_block_size",
+           "vllm_0_25_0", "vllm_0_26_0", "vllm_0_27_0",
            "vllm_0_33_0", "fix_001_reround", "fix_001_reround_rerun", "fix_003_cap_min",
            "vllm_0_32_0", "vllm_0_31_0", "vllm_0_30_0",
            "vllm_0_29_0", "vllm_0_28_0")
@@ -90,6 +92,14 @@ def newest(family: str | None = None) -> Semantics:
     rel = releases(family)
     if not rel:
         raise ValueError(f"semantics: no release of family {family!r}")
+    return get(rel[-1])
+
+
+def newest_proved(family: str | None = None) -> Semantics:
+    """The newest modelled release (optionally of one family) the proofs encode."""
+    rel = [n for n in releases(family) if get(n).expect]
+    if not rel:
+        raise ValueError(f"semantics: no release of family {family!r} in the proofs")
     return get(rel[-1])
 
 

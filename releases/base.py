@@ -107,6 +107,18 @@ class Semantics:
     chunked: bool = False
     # the chunked lookup's overridable steps
     steps: ChunkSteps = ChunkSteps()
+    # the block lookup's release steps (0.24.0's behaviour by default):
+    # 0.25.0 on: a HIT_PENDING answer extends a sliding-window run (scheduler.py:427 in
+    # 0.25.0) instead of breaking it, as a deferred answer (RETRY) still does
+    window_pending_hits: bool = False
+    # 0.26.0 on: start-up through offloading/config.py's build_offloading_config, with
+    # kv_connector_extra_config["blocks_per_chunk"] (:70 in 0.26.0; the offloaded block is
+    # blocks_per_chunk GPU blocks; refused beside "block_size", :64) and the engine's
+    # Mamba cache mode from prefix caching (model_executor/models/config.py:559, 596)
+    offloading_config: bool = False
+    # 0.27.0 on: pending GPU blocks a sliding-window group's load accepts beyond
+    # window * blocks_per_chunk (scheduler.py:918-922 in 0.27.0: one)
+    load_window_slack: int = 0
     # finding 001's completed fix: when the round-down after a cut lowers a sliding-window
     # group's confirmed window, the sliding-window groups are looked up again
     reround_rerun: bool = False

@@ -1,8 +1,9 @@
-"""``model/`` against the recorded answers of the real vLLM 0.23.0 and 0.24.0 schedulers
-(``tests/golden/``, written by ``python -m sim.crosscheck.golden``): 300 generated
-scenarios per release, compared as ``python -m sim.crosscheck`` compares them (hit,
-lookups in order, load plan, worker copies, load assertion), offline and in well under a
-second, so a change to the lookup that changes a real answer fails the default suite."""
+"""``model/`` against the recorded answers of the real schedulers of every block-lookup
+release, 0.23.0 to 0.27.0 (``tests/golden/``, written by ``python -m
+sim.crosscheck.golden``; 0.25.0 on from the light environments, ``--light``): 300 generated
+scenarios per release, compared as ``python -m sim.crosscheck`` compares them (hit, lookups
+in order, load plan, worker copies, load assertion), offline and in well under a second, so
+a change to the lookup that changes a real answer fails the default suite."""
 
 from __future__ import annotations
 

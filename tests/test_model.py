@@ -263,6 +263,41 @@ def _per_block_window(g: Any, blocks: range, window: int) -> tuple[int | None, l
     return (None if defer else run), seen
 
 
+def _per_block_prefix_0_25(g: Any, blocks: range) -> tuple[int | None, list[int]]:
+    # 0.25.0's scheduler.py:390 a block at a time: HIT counts, HIT_PENDING counts and
+    # defers (:401), RETRY defers without counting and the scan goes on (:404), MISS stops
+    seen, hits, defer = [], 0, False
+    for b in blocks:
+        seen.append(b)
+        if b in g.deferred:
+            defer = True
+        elif b in g.pending:
+            defer, hits = True, hits + 1
+        elif g.holds(b):
+            hits += 1
+        else:
+            break
+    return (None if defer else hits), seen
+
+
+def _per_block_window_0_25(g: Any, blocks: range, window: int) -> tuple[int | None, list[int]]:
+    # 0.25.0's scheduler.py:412 a block at a time, from the end, on LookupResult answers:
+    # HIT and HIT_PENDING extend the run (HIT_PENDING defers), RETRY breaks it and defers
+    seen, run, defer = [], 0, False
+    for idx in range(len(blocks) - 1, -1, -1):
+        b = blocks[idx]
+        seen.append(b)
+        if b in g.deferred:  # RETRY (:433)
+            defer, run = True, 0
+        elif b in g.pending:  # HIT_PENDING (:427)
+            defer, run = True, run + 1
+        else:
+            run = run + 1 if g.holds(b) else 0
+        if run == window:
+            return (None if defer else idx + window), seen
+    return (None if defer else run), seen
+
+
 def test_run_scans_match_per_block_scans() -> None:
     """The scans work on runs of listed blocks; a block-at-a-time loop gives the same
     answers and lookup order (stored, deferred, "all", windows, empty ranges)."""
@@ -277,15 +312,20 @@ def test_run_scans_match_per_block_scans() -> None:
         listed = frozenset(rng.sample(range(16), rng.randint(0, 12)))
         stored = None if rng.random() < 0.3 else listed
         deferred = frozenset(rng.sample(range(16), rng.randint(0, 2)))
-        g = Group("sliding_window", 4, stored, 8, deferred=deferred)
+        pending = frozenset(rng.sample(range(16), rng.randint(0, 2)))
+        g = Group("sliding_window", 4, stored, 8, deferred=deferred, pending=pending)
         lo = rng.randint(0, 3)
         blocks = range(lo, max(lo, n))
         mgr = _Manager((g,))
         want, seen = _per_block_prefix(g, blocks)
+        # 0.25.0's LookupResult answers look up the same blocks and answer the same
+        assert _per_block_prefix_0_25(g, blocks) == (want, seen)
         assert _maximal_prefix_lookup(mgr, 0, blocks) == want
         window = rng.randint(1, 5)
-        want_w, seen_w = _per_block_window(g, blocks, window)
-        assert _sliding_window_lookup(mgr, 0, blocks, window) == want_w
+        pending_hits = rng.random() < 0.5  # 0.25.0 on, else 0.23.0/0.24.0
+        per_block = _per_block_window_0_25 if pending_hits else _per_block_window
+        want_w, seen_w = per_block(g, blocks, window)
+        assert _sliding_window_lookup(mgr, 0, blocks, window, pending_hits) == want_w
         looked = [b for _, first, stop, step in mgr.segments for b in range(first, stop, step)]
         assert looked == seen + seen_w
 

@@ -158,5 +158,5 @@ def test_nearest_release_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert prcheck.nearest_release(declared).version == "0.23.0"  # metadata wins
     assert prcheck.nearest_release(branch, "0.23.0").reason == "given by --base"
     monkeypatch.setattr(prcheck, "release_package", lambda v: None)
-    newer = find_package(_tree(tmp_path / "n", version="0.25.0.dev3"))
+    newer = find_package(_tree(tmp_path / "n", version="0.24.1.dev3"))
     assert prcheck.nearest_release(newer).version == "0.24.0"  # newest not newer

@@ -33,9 +33,10 @@ from model.scenario import (
 )
 from model.semantics import get_semantics
 from releases import vllm_0_23_0, vllm_0_24_0, vllm_0_33_0
+from sim.crosscheck import envs
 from sim.crosscheck.client import RealScheduler
 from sim.crosscheck.compare import Verdict, compare, model_view
-from sim.crosscheck.envs import ROOT, VERSIONS, ensure_light_env
+from sim.crosscheck.envs import ROOT, VERSIONS
 from sim.crosscheck.mapping import fix_for, semantics_for, to_case
 from sim.crosscheck.shrink import shrink, signature
 
@@ -344,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="first Hypothesis seed (default 0; runs are reproducible)")
     ap.add_argument("--bench-calls", type=bounded_int(0, 1_000_000), default=2000,
                     help="calls for the fixed benchmark (0 skips it)")
+    ap.add_argument("--light", action="store_true",
+                    help="run each release in its light environment (the shared base plus "
+                    "the release's .py files, sim/crosscheck/envs.py) instead of its full one")
     ap.add_argument("--no-lookups", action="store_true",
                     help="do not compare the order of manager.lookup calls")
     ap.add_argument("--light", action="store_true",
@@ -416,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     for version in versions:
         t0 = time.monotonic()
         _say(f"== vLLM {version}: starting the real scheduler")
-        python = ensure_light_env(version) if args.light else None
+        python = envs.ensure_light_env(version) if args.light else None
         with RealScheduler(version, semantics=args.semantics, python=python) as real:
             _say(f"  harness up in {time.monotonic() - t0:.0f}s" + (
                 f"; model {real.semantics} vs real {version} with fix {real.fix}"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from model.evaluate import Outcome, evaluate
+from model.layout import Layout
 from model.scenario import Scenario
 from model.semantics import get_semantics
 
@@ -56,11 +57,30 @@ def model_view(s: Scenario, semantics: str) -> ModelView:
     if loads is not None and chunked:
         gpu = (tuple(gl.gpu_blocks for gl in out.loads),
                tuple(gl.gpu_block_index or 0 for gl in out.loads))
-    return ModelView(out.refused, out.hit_tokens, tuple(out.lookups), loads,
+    lookups = tuple(out.lookups)
+    if not chunked and keys_by_end_token(semantics) and isinstance(out.layout, Layout):
+        # the block lookup from 0.26.0 on runs in harness_chunked.py, which names a key
+        # by the token its chunk ends at and reports the load's GPU side, not the copies
+        obs = [c.offloaded_block_size for c in out.layout.groups]
+        lookups = tuple((g, (b + 1) * obs[g]) for g, b in lookups)
+        if loads is not None:
+            loads = {g: tuple((b + 1) * obs[g] for b in blocks) for g, blocks in loads.items()}
+            gpu = (tuple(gl.copy_end - gl.copy_start for gl in out.loads),
+                   tuple(gl.copy_start for gl in out.loads))
+        copies = None
+    return ModelView(out.refused, out.hit_tokens, lookups, loads,
                      out.assertion, copies=copies, precondition=precondition,
                      seconds=seconds,
                      violations=tuple(sorted({v.invariant for v in out.violations})), gpu=gpu,
                      local_tail_kept=out.local_tail_kept)
+
+
+def keys_by_end_token(semantics: str) -> bool:
+    """Whether the real side of ``semantics`` names keys by end token (its release runs
+    in ``adapters/harness_chunked.py``: 0.26.0 on)."""
+    from sim.crosscheck.client import HARNESS_V033, harness_for
+
+    return harness_for(get_semantics(semantics).base_version) == HARNESS_V033
 
 
 @contextmanager

@@ -250,8 +250,9 @@ def _classic_dicts(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
         prompt = max(1, prompt + draw(st.sampled_from([0, 1, -1, 2, unit, -unit])))
     else:
         prompt = draw(st.integers(1, 300))
-    # resumed requests and context parallelism: modelled for releases before 0.33.0
-    fidelity = not get_semantics(semantics).chunked
+    # resumed requests and context parallelism: modelled for releases before 0.26.0
+    sem = get_semantics(semantics)
+    fidelity = not sem.chunked and not sem.offloading_config
     cp = 1
     if fidelity and _chance(draw, 0.07 if n_groups > 1 else 0.2):
         cp = draw(st.sampled_from([2, 4]))
@@ -271,6 +272,8 @@ def _classic_dicts(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
             g["mamba_cache_mode"] = draw(st.sampled_from(["align", "align", "none", "all"]))
         g["stored"] = _blocks(draw, n_blocks, 0.4)
         g["deferred"] = _few(draw, n_blocks, 0.1)
+        if sem.window_pending_hits:  # 0.25.0 on: HIT_PENDING answers
+            g["pending"] = _few(draw, n_blocks, 0.1)
         g["being_loaded"] = _few(draw, n_blocks, 0.1)
         if kind != "mamba" and _chance(draw, 0.15):
             g["eagle"] = True
@@ -294,7 +297,24 @@ def _classic_dicts(draw: st.DrawFn, semantics: str) -> dict[str, Any]:
         out["output_tokens"] = draw(st.integers(1, 2 * max(sizes) * factor + 1))
     if cp != 1:
         out["context_parallel_size"] = cp
+    if sem.offloading_config:
+        _offloading_config_extras(draw, out)
     return out
+
+
+def _offloading_config_extras(draw: st.DrawFn, out: dict[str, Any]) -> None:
+    """0.26.0's start-up on a drawn block-lookup scenario: blocks_per_chunk (now and then
+    beside block_size, which is refused), and mostly the Mamba mode the engine sets from
+    prefix caching (models/config.py:559, 596 in 0.26.0)."""
+    if _chance(draw, 0.3):
+        out["blocks_per_chunk"] = draw(st.sampled_from([1, 2, 3]))
+        if _chance(draw, 0.8):
+            out["block_size_factor"] = 1
+    on = out.get("enable_prefix_caching", True)
+    mode = draw(st.sampled_from(["align", "all"])) if on else "none"  # one engine setting
+    for g in out["groups"]:
+        if g["kind"] == "mamba" and _chance(draw, 0.9):
+            g["mamba_cache_mode"] = mode
 
 
 def scenarios(semantics: str = BLOCK_RELEASE) -> st.SearchStrategy[Scenario]:

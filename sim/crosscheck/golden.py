@@ -59,16 +59,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm", default=",".join(VERSIONS))
     ap.add_argument("--examples", type=bounded_int(1, 100_000), default=500)
     ap.add_argument("--out", type=output_dir, default=GOLDEN_DIR)
+    ap.add_argument("--light", action="store_true",
+                    help="run each release in its light environment (sim/crosscheck/envs.py)")
     a = ap.parse_args(argv)
     versions = a.vllm.split(",")
     for v in versions:
         if v not in VERSIONS:
             ap.error(f"argument --vllm: unknown version {v!r} (known: {', '.join(VERSIONS)})")
+    from sim.crosscheck import envs
     from sim.crosscheck.client import RealScheduler
 
     a.out.mkdir(parents=True, exist_ok=True)
     for v in versions:
-        real = RealScheduler(v)
+        real = RealScheduler(v, python=envs.ensure_light_env(v) if a.light else None)
         records = [record(real, s) for s in draw(v, a.examples)]
         doc = {"what": f"the real vLLM {v} OffloadingConnectorScheduler's answers "
                        f"(python -m sim.crosscheck.golden --vllm {v} --examples {a.examples})",
