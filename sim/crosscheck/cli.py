@@ -350,9 +350,6 @@ def main(argv: list[str] | None = None) -> int:
                     "the release's .py files, sim/crosscheck/envs.py) instead of its full one")
     ap.add_argument("--no-lookups", action="store_true",
                     help="do not compare the order of manager.lookup calls")
-    ap.add_argument("--light", action="store_true",
-                    help="run each release in its light environment (shared base + the "
-                    "release's .py files, sim/crosscheck/envs.py) instead of its full one")
     ap.add_argument("--list-semantics", action="store_true",
                     help="list every registered semantics (releases/, OLC_SEMANTICS "
                     "plugins too) with the vLLM release it is checked against and its "
