@@ -305,9 +305,15 @@ def cite(shown: Sequence[str], key: str) -> str:
 
 
 def shown_releases(results: Results) -> tuple[str, ...]:
-    """The releases the spec's text is about: those with proof results (else all)."""
+    """The releases the spec's text is about: of those with proof results (else all), the
+    newest and PR #44599's pair (the last release without the fix and the first with it);
+    every other release's lines are on spec/citations.md."""
     with_rows = {r["semantics"] for r in results.rows}
-    return tuple(v for v in releases() if by_version(v).name in with_rows) or releases()
+    proved = tuple(v for v in releases() if by_version(v).name in with_rows)
+    if not proved:
+        return releases()
+    story = {releases_registry.get(n).base_version for n in (BEFORE_PR, PR_RELEASE)}
+    return tuple(v for v in proved if v in story or v == proved[-1])
 
 
 def _cell(expected: str | None, status: str | None, matches: bool,
