@@ -67,6 +67,9 @@ from sim.tier_store import (
 from sim.workload import Request
 
 Progress = Callable[[int], None]
+# a request's kv_transfer_params["max_load_tokens"] (None: uncapped); the workloads set
+# none, so a caller that wants caps passes a seeded function of the request
+LoadCap = Callable[[Request], int | None]
 OUTCOME_CACHE = 256
 
 
@@ -142,13 +145,15 @@ class TierSummary:
 
 
 class TierSim:
-    def __init__(self, cfg: TierSimConfig, semantics: str) -> None:
+    def __init__(self, cfg: TierSimConfig, semantics: str,
+                 load_cap: LoadCap | None = None) -> None:
         sem = get_semantics(semantics)
         if not sem.chunked:
             raise ValueError(f"semantics: {semantics} is not a chunked (0.33.0) semantics")
         check_dense(cfg.layout)
         self.cfg = cfg
         self.semantics = semantics
+        self.load_cap = load_cap
         self.tier = Tier(cfg.tier)
         lay = cfg.layout
         self.tpc = lay.tokens_per_chunk()
@@ -173,7 +178,8 @@ class TierSim:
                 self._outcomes.popitem(last=False)
         return out
 
-    def _scenario(self, keys: Sequence[Sequence[Key]], prompt: int) -> Scenario:
+    def _scenario(self, keys: Sequence[Sequence[Key]], prompt: int,
+                  max_load_tokens: int | None = None) -> Scenario:
         groups: list[Group] = []
         for g, base in enumerate(self.empty):
             stored, pending = [], []
@@ -186,7 +192,8 @@ class TierSim:
             groups.append(Group(base.kind, base.gpu_block_size, frozenset(stored),
                                 base.sliding_window, base.mamba_cache_mode,
                                 pending=frozenset(pending)))
-        return Scenario(self.semantics, 1, prompt, 0, tuple(groups))
+        return Scenario(self.semantics, 1, prompt, 0, tuple(groups),
+                        max_load_tokens=max_load_tokens)
 
     def run_request(self, req: Request) -> TierRequestResult:
         lay, tier = self.cfg.layout, self.tier
@@ -200,7 +207,8 @@ class TierSim:
         for g, t in enumerate(self.tpc):  # update_offload_keys, scheduler.py:412-429
             for i, k in enumerate(keys[g]):
                 ctx.set_position(k, (i + 1) * t)
-        out = self._evaluate(self._scenario(keys, P))
+        cap = None if self.load_cap is None else self.load_cap(req)
+        out = self._evaluate(self._scenario(keys, P, cap))
         self.refused += out.refused is not None
         deferred = out.refused is None and out.hit_tokens is None
         hit = out.hit_tokens or 0

@@ -138,3 +138,23 @@ def test_new_workloads_are_deterministic_and_share_prefixes(workload: str) -> No
     # every request opens with the workload's shared prompt (its first hash block)
     firsts = {r.seq.hashes_upto(1)[0] for r in a}
     assert len(firsts) == 1
+
+
+CAP_FIX = releases.fix_for("003").name
+
+
+@pytest.mark.parametrize(("semantics", "cap", "hit"),
+                         [(RELEASE, None, 288), (RELEASE, 288, 0), (CAP_FIX, 288, 288),
+                          (CAP_FIX, None, 288)])
+def test_load_cap_through_the_tier(semantics: str, cap: int | None, hit: int) -> None:
+    # finding 003 on the tier: a 289-token prompt stores the Mamba state at 288 and every
+    # window chunk below; resent with max_load_tokens 288 (a multiple of L = 96 below the
+    # last prompt token) 0.33.0 takes one token off after the cap (287, Mamba chunk 240,
+    # no state there: no hit); the fix keeps 288
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 255, size=289, dtype=np.uint8)
+    sim = TierSim(TierSimConfig(TINY, TierConfig(64, "lru")), semantics,
+                  load_cap=lambda req: cap if req.rid else None)
+    assert sim.run_request(_request(0, a, 289)).hit_tokens == 0
+    again = sim.run_request(_request(1, a, 289))
+    assert (again.hit_tokens, again.wrong_state, again.missing_load) == (hit, False, False)
