@@ -325,6 +325,19 @@ WHOLE_CASES = {
 }
 
 
+@dataclass(frozen=True)
+class Final:
+    """The terms of a property step (``final_query``, ``whole_query``): its setup, the
+    loop's end ``y``, the facts the summary gives at ``y``, the answer ``r`` and the
+    property's violation there."""
+
+    x: _Setup
+    y: z3.ArithRef
+    facts: list[z3.BoolRef]
+    r: turn_chunked.Result
+    violation: z3.BoolRef
+
+
 def whole_query(
     assumed: Sequence[str],
     kind: str,
@@ -336,6 +349,18 @@ def whole_query(
     in ``case``), from ``proofs.abstract_chunked.summary``: the hit covers a chunk of the
     last turn's group and of every windowed group. Tests leave the violation out
     (``negated``) to see the premises hold."""
+    f = whole_terms(assumed, kind, case, steps)
+    return _finish(f.x.enc, f.x.premises + f.facts
+                   + ([f.violation] if negated else [turn_chunked.active(f.r)]))
+
+
+def whole_terms(
+    assumed: Sequence[str],
+    kind: str,
+    case: str | None = None,
+    steps: ChunkSteps = turn_chunked.STOCK,
+) -> Final:
+    """The terms of ``whole_query`` (``proofs.pinned_violation_chunked`` pins them)."""
     other = WHOLE_CASES[case] if kind == turn_chunked.FA and case is not None else None
     x = _setup(assumed, (kind,) if other is None else (kind, other))
     enc, cfg, d = x.enc, x.cfg, x.d
@@ -359,18 +384,7 @@ def whole_query(
     )
     r = turn_chunked.result_of(enc, cfg, d, st, [0])
     violation = z3.And(turn_chunked.active(r), r.hit < d.tpc[0])
-    return _finish(enc, x.premises + facts + ([violation] if negated else [turn_chunked.active(r)]))
-
-
-@dataclass(frozen=True)
-class Final:
-    """The terms of ``final_query``: its setup, the loop's end ``y``, the facts the
-    summary gives at ``y`` and the property's violation there."""
-
-    x: _Setup
-    y: z3.ArithRef
-    facts: list[z3.BoolRef]
-    violation: z3.BoolRef
+    return Final(x, y, facts, r, violation)
 
 
 def final_query(
@@ -412,7 +426,7 @@ def final_terms(
     r = turn_chunked.result_of(enc, cfg, d, st, [0])
     violation = turn_chunked.VIOLATIONS[thm](enc, cfg, d, r)
     helpers = division_facts(enc) if _stored(thm) else []
-    return Final(x, y, facts + helpers, violation)
+    return Final(x, y, facts + helpers, r, violation)
 
 
 def final_kinds(thm: str) -> tuple[str, ...]:

@@ -116,6 +116,13 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "no-partial-state", _newest,
     ),
     Sabotage(
+        "a vacuous whole-blocks step (its violation dropped)",
+        "proofs/layers_chunked.py",
+        "    violation = z3.And(turn_chunked.active(r), r.hit < d.tpc[0])\n",
+        "    violation = z3.BoolVal(False)\n",
+        "whole-blocks", _newest,
+    ),
+    Sabotage(
         "a tightened per-group environment (derive: every block the Mamba block)",
         "proofs/turn_chunked.py",
         "        enc.add(z3.Implies(z3.And(env.has_mamba, z3.Not(cfg.prefix_caching)),\n",

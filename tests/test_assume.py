@@ -134,7 +134,7 @@ def test_pinned_violations_hold(thm: str) -> None:
     assert pinned_violation_chunked.check(thm) is None
 
 
-@pytest.mark.parametrize("thm", pinned_violation_chunked.PINNED)
+@pytest.mark.parametrize("thm", ["no-partial-state", "loads-stored-only"])
 def test_vacuous_property_step_is_caught(thm: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The violation dropped (proofs/sabotage.py's vacuous property step) or weakened
     to one the counterexamples do not meet (the hit beyond the prompt): caught."""
@@ -149,6 +149,16 @@ def test_vacuous_property_step_is_caught(thm: str, monkeypatch: pytest.MonkeyPat
         monkeypatch.setattr(pinned_violation_chunked, "_DONE", {})
         why = pinned_violation_chunked.check(thm)
         assert why is not None and "false there" in why, why
+
+
+@pytest.mark.parametrize("thm", pinned_violation_chunked.PINNED)
+def test_inactive_property_step_is_caught(thm: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step's violation asks for an active answer; never active: caught (whole-blocks'
+    violation is written in layers_chunked.whole_terms, not in VIOLATIONS)."""
+    monkeypatch.setattr(turn_chunked, "active", lambda r: z3.BoolVal(False))
+    monkeypatch.setattr(pinned_violation_chunked, "_DONE", {})
+    why = pinned_violation_chunked.check(thm)
+    assert why is not None and "false there" in why, why
 
 
 def test_pinned_violations_are_asked() -> None:
