@@ -51,6 +51,7 @@ from proofs import (
     assume,
     lemmas_chunked,
     pinned_chunked,
+    pinned_violation_chunked,
     tail_layers_chunked,
     turn_chunked,
 )
@@ -324,6 +325,19 @@ WHOLE_CASES = {
 }
 
 
+@dataclass(frozen=True)
+class Final:
+    """The terms of a property step (``final_query``, ``whole_query``): its setup, the
+    loop's end ``y``, the facts the summary gives at ``y``, the answer ``r`` and the
+    property's violation there."""
+
+    x: _Setup
+    y: z3.ArithRef
+    facts: list[z3.BoolRef]
+    r: turn_chunked.Result
+    violation: z3.BoolRef
+
+
 def whole_query(
     assumed: Sequence[str],
     kind: str,
@@ -335,6 +349,18 @@ def whole_query(
     in ``case``), from ``proofs.abstract_chunked.summary``: the hit covers a chunk of the
     last turn's group and of every windowed group. Tests leave the violation out
     (``negated``) to see the premises hold."""
+    f = whole_terms(assumed, kind, case, steps)
+    return _finish(f.x.enc, f.x.premises + f.facts
+                   + ([f.violation] if negated else [turn_chunked.active(f.r)]))
+
+
+def whole_terms(
+    assumed: Sequence[str],
+    kind: str,
+    case: str | None = None,
+    steps: ChunkSteps = turn_chunked.STOCK,
+) -> Final:
+    """The terms of ``whole_query`` (``proofs.pinned_violation_chunked`` pins them)."""
     other = WHOLE_CASES[case] if kind == turn_chunked.FA and case is not None else None
     x = _setup(assumed, (kind,) if other is None else (kind, other))
     enc, cfg, d = x.enc, x.cfg, x.d
@@ -358,12 +384,21 @@ def whole_query(
     )
     r = turn_chunked.result_of(enc, cfg, d, st, [0])
     violation = z3.And(turn_chunked.active(r), r.hit < d.tpc[0])
-    return _finish(enc, x.premises + facts + ([violation] if negated else [turn_chunked.active(r)]))
+    return Final(x, y, facts, r, violation)
 
 
 def final_query(
     thm: str, assumed: Sequence[str], kind: str, steps: ChunkSteps = turn_chunked.STOCK
 ) -> list[z3.BoolRef]:
+    """The property at the loop's end (``final_terms``), asked: unsatisfiable when it
+    holds (``proofs.pinned_violation_chunked`` pins the same terms on counterexamples)."""
+    f = final_terms(thm, assumed, kind, steps)
+    return _finish(f.x.enc, f.x.premises + f.facts + [f.violation])
+
+
+def final_terms(
+    thm: str, assumed: Sequence[str], kind: str, steps: ChunkSteps = turn_chunked.STOCK
+) -> Final:
     """The property at the loop's end for a group of ``kind`` of an unknown layout, from
     ``proofs.abstract_chunked.summary`` read exactly: the loop ended neither stopped nor
     deferred with max_hit_size_tokens ``y`` (num_hit_tokens = y - num_computed_tokens),
@@ -391,7 +426,15 @@ def final_query(
     r = turn_chunked.result_of(enc, cfg, d, st, [0])
     violation = turn_chunked.VIOLATIONS[thm](enc, cfg, d, r)
     helpers = division_facts(enc) if _stored(thm) else []
-    return _finish(enc, x.premises + facts + helpers + [violation])
+    return Final(x, y, facts + helpers, r, violation)
+
+
+def final_kinds(thm: str) -> tuple[str, ...]:
+    """The kinds whose group ``final_query`` asks ``thm`` of: the Mamba groups'
+    property, or the layout's (every group's loads, or the full-attention hit)."""
+    if thm == "no-partial-state":
+        return (turn_chunked.MAMBA,)
+    return turn_chunked.KINDS if _stored(thm) else (turn_chunked.FA,)
 
 
 def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Query]:
@@ -404,6 +447,10 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
     names = loop_assumes(sem.reround_mamba, sem.reround_rerun, aligned, stored)
     # the per-group environment and start-up admit accepted layouts (proofs.pinned_chunked)
     out: list[Query] = [(pinned_chunked.NAME, partial(pinned_chunked.query, sem.name))]
+    if thm in pinned_violation_chunked.PINNED:  # the property step's violation is not
+        # vacuous: it holds on the committed counterexamples (proofs.pinned_violation_chunked)
+        out.append((pinned_violation_chunked.name(thm),
+                    partial(pinned_violation_chunked.query, thm)))
     loop = obligations(sem.reround_mamba, sem.reround_rerun, aligned, stored, whole)
     # every fact the loop assumes is one of the lemmas below (down: full attention's);
     # asked first: it is cheap
@@ -433,14 +480,7 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
                     )
                 )
     elif thm != "termination":
-        kinds = (
-            (turn_chunked.MAMBA,)
-            if thm == "no-partial-state"
-            else turn_chunked.KINDS
-            if stored
-            else (turn_chunked.FA,)
-        )
-        for kind in kinds:  # a property of the Mamba groups / of the layout
+        for kind in final_kinds(thm):  # a property of the Mamba groups / of the layout
             out.append(
                 (
                     f"property from the summary ({kind})",

@@ -1,12 +1,13 @@
 """``python -m proofs --sabotage``: one-line changes of the proofs' glue and of ``model/``
 (issue 23), each of which must turn ``python -m proofs`` red.
 
-Each sabotage copies ``model/``, ``proofs/`` and ``releases/`` to a fresh directory,
-replaces one line there (the line must be written exactly once), and runs ``python -m
-proofs`` in that copy for the theorem and semantics the change affects (no necessity
-checks: the verdict, its over-accepted-layouts row and its witness). It is caught when
-that run fails; the check that caught it is the run's own words (the audit's or the
-pinned layouts' FAILED line, a missing witness, or the row's note). A sabotage nothing
+Each sabotage copies ``model/``, ``proofs/``, ``releases/`` and ``docs/counterexamples/``
+(``proofs.pinned_violation_chunked`` reads them) to a fresh directory, replaces one line
+there (the line must be written exactly once), and runs ``python -m proofs`` in that copy
+for the theorem and semantics the change affects (no necessity checks: the verdict, its
+over-accepted-layouts row and its witness). It is caught when that run fails; the check
+that caught it is the run's own words (the audit's or the pinned layouts' or pinned
+counterexamples' FAILED line, a missing witness, or the row's note). A sabotage nothing
 catches is listed with the reason it is not caught (``uncaught``: known gaps, reported,
 not failed).
 """
@@ -26,7 +27,7 @@ from pathlib import Path
 import releases
 
 ROOT = Path(__file__).resolve().parent.parent
-COPIED = ("model", "proofs", "releases")
+COPIED = ("model", "proofs", "releases", "docs/counterexamples")
 
 
 def _newest() -> str:
@@ -113,12 +114,13 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "    violation = turn_chunked.VIOLATIONS[thm](enc, cfg, d, r)\n",
         "    violation = z3.BoolVal(False)\n",
         "no-partial-state", _newest,
-        uncaught="not caught reliably: without the precondition the layered proof still "
-        "fails its lemma chunk-in-align, so the row over accepted layouts never reaches "
-        "proofs/check.py:layered_proves_false; under the precondition the sabotaged loop "
-        "invariant query may run out of time (then the bounded check decides the row, red "
-        "only when it too runs out of time: load-dependent). Pinning each theorem's "
-        "violation term on its committed counterexamples would catch it: left",
+    ),
+    Sabotage(
+        "a vacuous whole-blocks step (its violation dropped)",
+        "proofs/layers_chunked.py",
+        "    violation = z3.And(turn_chunked.active(r), r.hit < d.tpc[0])\n",
+        "    violation = z3.BoolVal(False)\n",
+        "whole-blocks", _newest,
     ),
     Sabotage(
         "a tightened per-group environment (derive: every block the Mamba block)",

@@ -1,6 +1,7 @@
 """Issue 23: facts enter the abstract loops only through ``proofs.assume`` (the audit
 names any other), and the per-group environment and start-up are pinned to layouts
-model/ accepts (``proofs.pinned_chunked``)."""
+model/ accepts (``proofs.pinned_chunked``), and the property step's violation to the
+committed counterexamples (``proofs.pinned_violation_chunked``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from proofs import (
     lemmas_chunked,
     maximality_layers_chunked,
     pinned_chunked,
+    pinned_violation_chunked,
     turn_chunked,
 )
 from proofs.encoding import Enc
@@ -124,3 +126,47 @@ def test_down_beyond_full_attention_is_named() -> None:
                                                 when=when, group=g)])
         why = assume.audit(bad, ALL_CHUNKED, only)
         assert why is not None and "not proved for" in why
+
+
+@pytest.mark.parametrize("thm", pinned_violation_chunked.PINNED)
+def test_pinned_violations_hold(thm: str) -> None:
+    assert pinned_violation_chunked.cases(thm), thm
+    assert pinned_violation_chunked.check(thm) is None
+
+
+@pytest.mark.parametrize("thm", ["no-partial-state", "loads-stored-only"])
+def test_vacuous_property_step_is_caught(thm: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The violation dropped (proofs/sabotage.py's vacuous property step) or weakened
+    to one the counterexamples do not meet (the hit beyond the prompt): caught."""
+    orig = turn_chunked.VIOLATIONS[thm]
+
+    def beyond(enc: Enc, cfg: turn_chunked.Cfg, d: turn_chunked.D,
+               r: turn_chunked.Result) -> z3.BoolRef:
+        return z3.And(cfg.computed + r.hit > cfg.prompt, orig(enc, cfg, d, r))
+
+    for weak in (lambda *a: z3.BoolVal(False), beyond):
+        monkeypatch.setitem(turn_chunked.VIOLATIONS, thm, weak)
+        monkeypatch.setattr(pinned_violation_chunked, "_DONE", {})
+        why = pinned_violation_chunked.check(thm)
+        assert why is not None and "false there" in why, why
+
+
+@pytest.mark.parametrize("thm", pinned_violation_chunked.PINNED)
+def test_inactive_property_step_is_caught(thm: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step's violation asks for an active answer; never active: caught (whole-blocks'
+    violation is written in layers_chunked.whole_terms, not in VIOLATIONS)."""
+    monkeypatch.setattr(turn_chunked, "active", lambda r: z3.BoolVal(False))
+    monkeypatch.setattr(pinned_violation_chunked, "_DONE", {})
+    why = pinned_violation_chunked.check(thm)
+    assert why is not None and "false there" in why, why
+
+
+def test_pinned_violations_are_asked() -> None:
+    """The layered proof asks the pin first among its own queries (after the layouts')."""
+    from model.semantics import get_semantics
+    from proofs import layers_chunked
+
+    sem = get_semantics(releases.newest().name)
+    for thm in pinned_violation_chunked.PINNED:
+        names = [n for n, _ in layers_chunked.proof_queries(thm, sem, ())]
+        assert names[1] == pinned_violation_chunked.name(thm), names[:3]
