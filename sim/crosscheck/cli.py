@@ -333,7 +333,7 @@ _FIX = releases.fix_for("001")
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(prog="python -m sim.crosscheck", description=__doc__)
     ap.add_argument("--vllm", default=",".join(VERSIONS),
-                    help="comma-separated vLLM versions (default: %(default)s)")
+                    help="comma-separated vLLM versions, or all (default: %(default)s)")
     ap.add_argument("--examples", type=bounded_int(0, 10_000_000), default=2000,
                     help="distinct generated scenarios per version (default: %(default)s)")
     ap.add_argument("--scenarios", action="append", default=[], metavar="DIR",
@@ -393,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
         return bisect_cli(args, argv)
     if args.vllm_source is not None:
         return pr_check(args)
-    versions = [v.strip() for v in args.vllm.split(",") if v.strip()]
+    versions = (list(VERSIONS) if args.vllm.strip() == "all"
+                else [v.strip() for v in args.vllm.split(",") if v.strip()])
     unsupported = [v for v in versions if v not in VERSIONS]
     if not versions or unsupported:
         ap.error(f"argument --vllm: unsupported version {(unsupported or [''])[0]!r} "
