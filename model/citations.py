@@ -452,6 +452,7 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "mamba_skipped": (SINGLE, 1689),
         "external_alloc": (SINGLE, 288),
         "gpu_hit_cap": (KVM, 262),
+        "gpu_hit_none": (KVM, 253),
         "store_jobs": (SCHED, 1248),
         "partial_tail_store": (SCHED, 1154),
         "tail_boundary_lookup": (SCHED, 902),
@@ -547,6 +548,7 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "mamba_skipped": (SINGLE, 1816),
         "external_alloc": (SINGLE, 295),
         "gpu_hit_cap": (KVM, 258),
+        "gpu_hit_none": (KVM, 249),
         "store_jobs": (SCHED, 1322),
         "store_skips_cow": (SCHED, 1359),
         "aligned_boundary_store": (SCHED, 1157),
@@ -647,6 +649,7 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "mamba_skipped": (SINGLE, 1987),
         "external_alloc": (SINGLE, 324),
         "gpu_hit_cap": (KVM, 295),
+        "gpu_hit_none": (KVM, 286),
         "store_jobs": (SCHED, 1464),
         "store_skips_cow": (SCHED, 1553),
         "aligned_boundary_store": (SCHED, 1244),
@@ -752,6 +755,7 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "mamba_skipped": (SINGLE, 1995),
         "external_alloc": (SINGLE, 329),
         "gpu_hit_cap": (KVM, 295),
+        "gpu_hit_none": (KVM, 286),
         "store_jobs": (SCHED, 1501),
         "store_skips_cow": (SCHED, 1590),
         "aligned_boundary_store": (SCHED, 1264),
@@ -859,6 +863,7 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "mamba_skipped": (SINGLE, 1959),
         "external_alloc": (SINGLE, 326),
         "gpu_hit_cap": (KVM, 295),
+        "gpu_hit_none": (KVM, 286),
         "store_jobs": (SCHED, 1570),
         "store_skips_cow": (SCHED, 1659),
         "aligned_boundary_store": (SCHED, 1333),
@@ -981,6 +986,7 @@ _LINES: dict[str, dict[str, tuple[str, int]]] = {
         "mamba_skipped": (SINGLE, 1976),
         "external_alloc": (SINGLE, 327),
         "gpu_hit_cap": (KVM, 302),
+        "gpu_hit_none": (KVM, 292),
         # the store (what a computed prompt leaves in the store)
         "store_jobs": (SCHED, 1815),
         "store_skips_cow": (SCHED, 1904),
@@ -1103,6 +1109,7 @@ TOKENS: dict[str, tuple[str, ...]] = {
 # works in chunks)
 RELEASE_TOKENS: dict[str, dict[str, tuple[str, ...]]] = {
     "0.33.0": {
+        "gpu_hit_none": ("if not self.prefix_cache_lookup_enabled(request)",),
         "mamba_modes": ("MambaCacheMode = Literal[\"align\", \"none\"]",),
         "mamba_mode_align_on": ("if cache_config.mamba_cache_mode == \"none\":",),
         "mamba_mode_none_off": ("if cache_config.mamba_cache_mode != \"none\":",),

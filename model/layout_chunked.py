@@ -287,6 +287,13 @@ def check_request(s: Scenario, layout: ChunkLayout, version: str = V,
     kv_cache_coordinator.py:709): the hash block when fine-grained hits are on
     (``partial_hash_hits_enabled``, kv_cache_utils.py:762, 921), else the scheduler
     block. The connector sees it rounded down to the scheduler block (``connector_view``)."""
+    if s.num_computed_tokens and s.skip_reading_prefix_cache:
+        # get_computed_blocks looks nothing up for a request that skips reading the cache
+        # (kv_cache_manager.py:292 of 0.33.0)
+        raise Refused(
+            _cite(version, "gpu_hit_none"),
+            f"num_computed_tokens {s.num_computed_tokens} must be 0: there is no GPU prefix "
+            "hit for a request with skip_reading_prefix_cache on")
     unit = layout.cache_hit_alignment_tokens
     if s.num_computed_tokens % unit and not fine_gpu_hits:
         # a release before 0.32.0: GPU hits are whole scheduler blocks (the lcm of the

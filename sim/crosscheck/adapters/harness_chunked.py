@@ -328,8 +328,11 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     # a hit no engine produces goes to the connector as it is (the model's precondition).
     sched_bs, _ = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
     align = getattr(kv_cache_config, "cache_hit_alignment_tokens", None) or sched_bs
+    # (and none for a request that skips reading the cache: get_computed_blocks looks
+    # nothing up then, kv_cache_manager.py:292 of 0.33.0)
     out["gpu_hit_real"] = (num_computed % align == 0 and num_computed < case["prompt_tokens"]
-                           and (num_computed == 0 or case["enable_prefix_caching"]))
+                           and (num_computed == 0 or (case["enable_prefix_caching"] and
+                                                      not case["skip_reading_prefix_cache"])))
     if num_computed % align == 0:
         num_computed -= num_computed % sched_bs
     out["connector_tokens"] = num_computed
