@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim.crosscheck.envs import ROOT, venvs_dir
+from sim.crosscheck.envs import ROOT, find_wheel, venvs_dir
 from sim.crosscheck.tree import OVERLAY
 
 
@@ -128,9 +128,12 @@ def release_tree(sources: Path, version: str, dest: Path) -> Path:
                 shutil.copy2(src, dst)
         return dest
     wheels = sorted(sources.glob(f"vllm-{version}-*.whl"))
-    if not wheels:
-        raise BugError(f"--sources: neither {unpacked.parent} nor "
-                       f"vllm-{version}-*.whl in {sources}")
+    if not wheels:  # the wheel the release's light env is made from (downloaded if needed)
+        try:
+            wheels = [find_wheel(version, fetch=True)]
+        except ValueError:
+            raise BugError(f"--sources: neither {unpacked.parent} nor vllm-{version}-*.whl "
+                           f"in {sources} or the cross-check's wheel folders") from None
     with zipfile.ZipFile(wheels[0]) as z:
         for name in z.namelist():
             rel = name.removeprefix("vllm/")
