@@ -3,7 +3,10 @@
 The stand-in for a Mamba layer: a state vector ``h`` carried token by token,
 ``h <- a[x] * h + b[x]`` with a token-dependent ("selective") decay ``a[x]`` in (0, 1),
 and greedy next-token choice ``argmax(W @ h)``. Weights are random but fixed
-(seeded), so every run computes the same states bit for bit.
+(seeded), so every run computes the same states bit for bit, on every machine: the
+weights use no vectorised transcendental (numpy's SIMD ``exp`` differs by an ulp between
+CPUs) and the logits no BLAS call (its summation order depends on the CPU's kernel); only
+elementwise IEEE operations and numpy's fixed-order sums remain.
 
 States are advanced in segments that break at absolute block boundaries: a state at
 a block boundary is then the same float vector whichever earlier boundary the
@@ -16,6 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections import OrderedDict
+from decimal import Context, Decimal
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -149,7 +153,8 @@ class Recurrence:
         # row views taken once (numpy's per-call overhead is most of this loop's cost)
         readout, decay, drive = self.readout, list(self.decay), list(self.drive)
         while True:
-            logits = readout @ h
+            # not ``readout @ h``: BLAS picks a summation order by CPU
+            logits = (readout * h).sum(axis=1)
             tok = int(logits.argmax())
             if logits_rows is not None:
                 logits_rows.append(logits)
@@ -157,10 +162,22 @@ class Recurrence:
             h = decay[tok] * h + drive[tok]
 
 
+_EXACT = Context(prec=40)
+
+
+def _sigmoid(z: NDArray[np.float64]) -> NDArray[np.float64]:
+    """1 / (1 + exp(-z)) elementwise, in 40-digit decimals rounded once to the nearest
+    float: the same bits on every machine (numpy's ``exp`` is not)."""
+    one = Decimal(1)
+    out = [float(_EXACT.divide(one, _EXACT.add(one, _EXACT.exp(Decimal(-float(x))))))
+           for x in z.ravel()]
+    return np.array(out, dtype=np.float64).reshape(z.shape)
+
+
 @functools.cache
 def _make(seed: int) -> Recurrence:
     rng = np.random.default_rng(seed)
-    decay = 1.0 / (1.0 + np.exp(-(3.0 + rng.normal(size=(VOCAB, STATE_DIM)))))
+    decay = _sigmoid(3.0 + rng.normal(size=(VOCAB, STATE_DIM)))
     rec = Recurrence(decay, rng.normal(size=(VOCAB, STATE_DIM)),
                      rng.normal(size=(VOCAB, STATE_DIM)))
     for a in (rec.decay, rec.drive, rec.readout):
