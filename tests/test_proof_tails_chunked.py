@@ -36,6 +36,7 @@ from releases import fix_003_cap_min, vllm_0_33_0
 from tests import gen_chunked as gen
 from tests.gen_chunked import SEMANTICS
 from tests.sabotage import sabotaged_copy
+from tests.subset import part
 
 V033 = vllm_0_33_0.SEMANTICS.name
 CAP_MIN = fix_003_cap_min.SEMANTICS.name
@@ -228,7 +229,7 @@ def sabotaged(name: str) -> ModuleType:
 
 
 EXAMPLES = 3  # the default suite: about a second
-MANY = 300  # -m conformance (.ci/run)
+MANY = part(300)  # -m conformance (.ci/run: CONFORMANCE_SHARE, tests/subset.py)
 
 
 def _run(count: int, least: int, seed: int = 0) -> Counter[str]:
@@ -247,8 +248,8 @@ def test_tail_v033_conforms_to_model() -> None:
 @pytest.mark.conformance
 @pytest.mark.timeout(1200)
 def test_tail_v033_conforms_to_model_many() -> None:
-    seen = _run(MANY, 20, seed=1)
-    assert seen["deferred"] >= 5, seen
+    seen = _run(MANY, part(20), seed=1)
+    assert seen["deferred"] >= part(5), seen
     print(dict(seen))
 
 
