@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
@@ -162,8 +163,9 @@ def test_real_partial_tail_layouts_are_instances() -> None:
 # --- conformance of the tail encoding to model/ -------------------------------------------
 
 
-def scenarios(count: int, seed: int = 0) -> list[Scenario]:
-    return gen.scenarios(gen.tail_groups_dict, in_scope, count, seed)
+def scenarios(count: int, seed: int = 0, semantics: Sequence[str] = SEMANTICS
+              ) -> list[Scenario]:
+    return gen.scenarios(gen.tail_groups_dict, in_scope, count, seed, semantics)
 
 
 def conforms(s: Scenario, mod: ModuleType = tail_chunked, seen: Counter[str] | None = None) -> None:
