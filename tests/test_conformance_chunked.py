@@ -9,6 +9,7 @@ default suite.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from functools import partial
 from types import ModuleType
 from typing import Any
@@ -30,14 +31,16 @@ RERUN001 = fix_001_reround_rerun.SEMANTICS.name
 CAP_MIN = fix_003_cap_min.SEMANTICS.name
 
 
-def scenarios(count: int, seed: int = 0) -> list[Scenario]:
+def scenarios(count: int, seed: int = 0, semantics: Sequence[str] = gen.SEMANTICS
+              ) -> list[Scenario]:
     return gen.scenarios(partial(gen.chunk_dict, dist=gen.CONFORMANCE), in_scope, count,
-                         seed)
+                         seed, semantics)
 
 
-def tail_scenarios(count: int, seed: int = 0) -> list[Scenario]:
+def tail_scenarios(count: int, seed: int = 0, semantics: Sequence[str] = gen.SEMANTICS
+                   ) -> list[Scenario]:
     return gen.scenarios(gen.tail_pair_dict, lambda s: tails_on(s) and in_scope(s), count,
-                         seed)
+                         seed, semantics)
 
 
 def conforms(s: Scenario, mod: ModuleType = encoding_chunked,

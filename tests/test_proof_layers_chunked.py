@@ -21,6 +21,7 @@ import json
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -505,8 +506,9 @@ def scenario_dict(rng: random.Random, semantics: str,
     return gen.chunk_dict(rng, semantics, gen.LAYERS, kinds)
 
 
-def scenarios(count: int, seed: int = 0) -> list[Scenario]:
-    return gen.scenarios(scenario_dict, in_scope, count, seed)
+def scenarios(count: int, seed: int = 0, semantics: Sequence[str] = SEMANTICS
+              ) -> list[Scenario]:
+    return gen.scenarios(scenario_dict, in_scope, count, seed, semantics)
 
 
 def conforms(s: Scenario, mod: ModuleType = turn_chunked, seen: Counter[str] | None = None
