@@ -1,6 +1,7 @@
 """The file:line citations of the upstream issue texts (``docs/findings/001-issue.md``,
-``003-issue.md``) and of the statements issue 26 corrected in the findings, checked against
-vLLM 0.33.0's installed source (the 0.33.0 environment of ``python -m sim.crosscheck.envs``).
+``003-issue.md``), of the README's answer and of the statements issue 26 corrected in the
+findings, checked against vLLM 0.33.0's installed source (the 0.33.0 environment of
+``python -m sim.crosscheck.envs``).
 
 Each row: a cited range and a piece of code that must lie inside it.  A range that drifts
 (or a text that cites a range this table does not hold) fails.  Without the environment the
@@ -69,6 +70,7 @@ CITED = [
     ("entrypoints/openai/completion/protocol.py", 401, 403, 'extra_args["kv_transfer_params"]'),
 ]
 TEXTS = [ROOT / "docs" / "findings" / name for name in ("001-issue.md", "003-issue.md")]
+TEXTS.append(ROOT / "README.md")  # its 0.33.0 citations (finding 001's mechanism)
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +91,9 @@ def test_cited_range_holds_the_code(vllm_033: Path, path: str, first: int, last:
 
 
 def test_issue_texts_cite_only_checked_ranges() -> None:
-    """Every ``scheduler.py:A-B`` style citation of the issue texts (and each bare
-    ``:A-B`` after it, which refers to the last file named, with or without a line) is a
-    checked range."""
+    """Every ``scheduler.py:A-B`` style citation of the issue texts and the README (and
+    each bare ``:A-B`` after it, which refers to the last file named, with or without a
+    line) is a checked range."""
     checked = {(p.split("/")[-1], a, b) for p, a, b, _ in CITED}
     checked |= {(p.split("/")[-1], a, a) for p, a, _, _ in CITED}
     cite = re.compile(r"`(?:[\w/]*/)?([\w]+\.py)?(?::(\d+)(?:-(\d+))?)?`")
