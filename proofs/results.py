@@ -207,7 +207,10 @@ class Side:
 
 
 Pair = tuple[str, str, float, bool]
-Work = tuple[str, "Sequence[Pair] | Side"]  # label, a group of pairs or a side task
+# label, a group of pairs or a side task, and where the process running it prints each
+# pair's line as the pair ends ("stdout" or "stderr"; None: the caller prints the group's
+# lines when the whole group ends)
+Work = tuple[str, "Sequence[Pair] | Side", "str | None"]
 
 
 def _run_one(args: Pair) -> Row:
@@ -216,11 +219,19 @@ def _run_one(args: Pair) -> Row:
 
 def _work(item: Work) -> tuple[str, list[Row] | Any, float]:
     """Run a group of pairs (or a side task) in this process: (label, its rows or result,
-    its CPU seconds)."""
-    label, what = item
+    its CPU seconds). With a stream named, each pair's line is printed there as the pair
+    ends: a group runs for minutes on a loaded machine, and its first pairs' lines
+    should not wait for its last."""
+    label, what, live = item
     t0 = time.process_time()
-    out = (what.fn(*what.args) if isinstance(what, Side)
-           else [run_one(*args) for args in what])
+    if isinstance(what, Side):
+        out: list[Row] | Any = what.fn(*what.args)
+    else:
+        out = []
+        for args in what:
+            out.append(run_one(*args))
+            if live is not None:
+                _print_row(out[-1], getattr(sys, live))
     return label, out, time.process_time() - t0
 
 
@@ -258,8 +269,12 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
     ``results`` by name; ``cpu`` gets each group's (and side task's) CPU seconds;
     ``done_rows`` is called with each group's rows as they end; ``ends`` gets the time
     (time.monotonic) each group or side task ended at, in order; the table's lines go to
-    ``progress`` (default stdout) as pairs end."""
+    ``progress`` (default stdout) as pairs end (for sys.stdout or sys.stderr the process
+    that ran the pair prints it; another stream gets a group's lines when it ends)."""
     print(TABLE_HEADER, file=progress or sys.stdout, flush=True)
+    # to the console's streams the process that ran a pair prints its line as it ends
+    live = ("stdout" if progress is None or progress is sys.stdout
+            else "stderr" if progress is sys.stderr else None)
     pairs = [(t, s, timeout_s, necessity) for t in theorems for s in semantics
              if THEOREMS[t].covers(s)]
     results = {} if results is None else results
@@ -283,11 +298,11 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
             half = f", part {i + 1} of {len(parts)}" if len(parts) > 1 else ""
             work.append((weight[k] * len(part) / len(g),
                          (f"{k[1]} ({'0.33.0 family' if k[0] else 'older'}, "
-                          f"{len(part)} pairs{half})", part)))
-    work += [(s.seconds, (s.name, s)) for s in side if not s.first]
+                          f"{len(part)} pairs{half})", part, live)))
+    work += [(s.seconds, (s.name, s, None)) for s in side if not s.first]
     # longest first (stable: equal weights keep the order above); the side tasks marked
     # first before all
-    todo = ([(s.name, s) for s in side if s.first]
+    todo = ([(s.name, s, None) for s in side if s.first]
             + [w for _, w in sorted(work, key=lambda x: -x[0])])
     rows: list[Row] = []
     jobs = min(jobs, len(todo))
@@ -298,8 +313,8 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
         if pool is not None:
             done = pool.imap_unordered(_work, todo)
         else:  # this process, in the report's order (side tasks last)
-            done = map(_work, [(f"{p[0]} on {p[1]}", [p]) for p in pairs]
-                       + [(s.name, s) for s in side])
+            done = map(_work, [(f"{p[0]} on {p[1]}", [p], live) for p in pairs]
+                       + [(s.name, s, None) for s in side])
         names = {s.name for s in side}
         for label, out, seconds in done:
             if label in names:
@@ -307,7 +322,8 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
             else:
                 for r in out:
                     rows.append(r)
-                    _print_row(r, progress)
+                    if live is None:  # else printed as the pair ended
+                        _print_row(r, progress)
                 if done_rows is not None:
                     done_rows(out)
             cpu[label] = seconds
