@@ -100,3 +100,14 @@ def test_fix_diffs_carry_no_stale_comment() -> None:
     added = [line for line in (FINDINGS / "003-fix.diff").read_text().splitlines()
              if line.startswith("+") and not line.startswith("+++")]
     assert added and not any("we must reduce by 1" in line for line in added)
+
+
+def test_preconditions_table_leads_with_the_newest_releases_rows() -> None:
+    # it started with mamba-mode-not-all, a row of 0.23.0/0.24.0 only
+    import releases
+
+    newest = releases.newest().base_version
+    rows = [line for line in (DOCS / "spec.md").read_text().splitlines()
+            if re.match(r"\| `[a-z-]+`: ", line)]
+    assumed = [f" {newest} ([needed]" in row.split(" | ")[0] for row in rows]
+    assert assumed[0] and assumed == sorted(assumed, reverse=True), assumed
