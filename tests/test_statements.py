@@ -111,3 +111,11 @@ def test_preconditions_table_leads_with_the_newest_releases_rows() -> None:
             if re.match(r"\| `[a-z-]+`: ", line)]
     assumed = [f" {newest} ([needed]" in row.split(" | ")[0] for row in rows]
     assert assumed[0] and assumed == sorted(assumed, reverse=True), assumed
+
+
+def test_no_preconditions_row_repeats_a_cell() -> None:
+    # full-chunk-within-windowed had the same text in its last two cells
+    for line in (DOCS / "spec.md").read_text().splitlines():
+        if re.match(r"\| `[a-z-]+`: ", line):
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            assert len(cells) == 3 and cells[1] != cells[2], line[:60]
