@@ -164,13 +164,13 @@ def test_a_groups_pair_line_is_printed_as_the_pair_ends(
 
     monkeypatch.setattr(runs, "run_one", run_one)
     pairs = [("termination", V024, 1.0, False), ("whole-blocks", V024, 1.0, False)]
-    label, rows, _ = runs._work(("a group", pairs, "stderr"))
+    label, rows, _ = runs._work(("a group", pairs, runs.Live("stderr")))
     assert label == "a group" and [r.theorem for r in rows] == ["termination", "whole-blocks"]
     assert printed_before[0] == ""
     assert printed_before[1].startswith("termination") and V024 in printed_before[1]
     assert capsys.readouterr().err.startswith("whole-blocks")
     # no stream named: the caller prints the group's lines
-    runs._work(("a group", pairs, None))
+    runs._work(("a group", pairs, runs.Live()))
     assert capsys.readouterr().err == ""
 
 
