@@ -369,10 +369,35 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
     return sorted(rows, key=lambda r: order.index((r.theorem, r.semantics)))
 
 
+def answered_by(theorem: str, release: str) -> list[str]:
+    """The findings whose fix, built on ``release``, is declared to hold ``theorem`` with
+    less than the release needs: over every accepted layout where the release fails
+    there, or under fewer preconditions (scope ones apart)."""
+    thm = THEOREMS[theorem]
+
+    def needs(s: str) -> tuple[bool, set[str]]:
+        return (thm.holds_over_accepted(s),
+                {p for p in thm.pre(s) if not PRECONDITIONS[p].scope})
+
+    if not thm.covers(release):
+        return []
+    over, pre = needs(release)
+    out = set()
+    for fix in releases.fixes(of=release):
+        s = releases.get(fix)
+        if s.finding is None or not thm.covers(fix) or not thm.expected[fix]:
+            continue
+        fix_over, fix_pre = needs(fix)
+        if (fix_over and not over) or fix_pre < pre:
+            out.add(s.finding)
+    return sorted(out)
+
+
 def found_line(rows: Sequence[Row]) -> str | None:
     """What the run found about the newest release it covers, apart from whether the
     project's expectations held: the theorems that fail on some layout the release
-    accepts, and those proved for every such layout (None: no release row)."""
+    accepts (each with the findings whose fix answers it, ``answered_by``), and those
+    proved for every such layout (None: no release row)."""
     covered = {r.semantics for r in rows}
     newest = next((n for n in reversed(releases.releases()) if n in covered), None)
     if newest is None:
@@ -390,7 +415,9 @@ def found_line(rows: Sequence[Row]) -> str | None:
             open_.append(r.theorem)
     parts = []
     if fails:
-        parts.append(f"{', '.join(fails)} FAIL on layouts it accepts")
+        named = [f"{t} (finding {', '.join(f)})" if (f := answered_by(t, newest)) else t
+                 for t in fails]
+        parts.append(f"{', '.join(named)} FAIL on layouts it accepts")
     if holds:
         parts.append(f"{', '.join(holds)} hold on every layout it accepts")
     if open_:
