@@ -1,7 +1,7 @@
 """The file:line citations of the upstream issue texts (``docs/findings/001-issue.md``,
-``003-issue.md``), of the README's answer and of the statements issue 26 corrected in the
-findings, checked against vLLM 0.33.0's installed source (the 0.33.0 environment of
-``python -m sim.crosscheck.envs``).
+``003-issue.md``), of the README's answer, of finding 003's write-up and of the statements
+issue 26 corrected in the findings, checked against vLLM 0.33.0's installed source (the
+0.33.0 environment of ``python -m sim.crosscheck.envs``).
 
 Each row: a cited range and a piece of code that must lie inside it.  A range that drifts
 (or a text that cites a range this table does not hold) fails.  Without the environment the
@@ -25,6 +25,27 @@ CITED = [
     (OFF + "scheduler.py", 137, 155, "def resolve_mamba_align_size("),
     (OFF + "scheduler.py", 137, 155, "return mamba_align_size"),
     (OFF + "scheduler.py", 384, 387, 'params.get("max_load_tokens")'),
+    (OFF + "scheduler.py", 385, 387, 'params.get("max_load_tokens")'),
+    (OFF + "scheduler.py", 574, 579, "full_attention_groups: list[int] = []"),
+    (OFF + "scheduler.py", 574, 579, "sliding_window_size_in_chunks is None"),
+    (OFF + "scheduler.py", 862, 862, "max_hit_size_tokens: int = req_status.req.num_tokens"),
+    (OFF + "scheduler.py", 876, 876, "max_hit_size_tokens -= 1"),
+    (OFF + "scheduler.py", 936, 940, "max_hit_size_tokens + tokens_per_chunk,"),
+    (OFF + "scheduler.py", 984, 986, "num_hit_chunks -= 1"),
+    (OFF + "config.py", 38, 45, "def get_offloading_group_ids("),
+    (OFF + "config.py", 38, 45, "KVCacheGroupRole.HISPARSE_INDEXER"),
+    ("distributed/kv_transfer/kv_connector/v1/offloading_connector.py", 54, 65,
+     "def _bounding_group_ids(self)"),
+    ("distributed/kv_transfer/kv_connector/v1/offloading_connector.py", 161, 161,
+     "max_num_new_tokens=self._max_loadable_tokens("),
+    ("distributed/kv_transfer/kv_connector/v1/offloading_connector.py", 165, 181,
+     "bound = min(per_group_hits[group_id]"),
+    ("distributed/kv_transfer/kv_connector/v1/offloading_connector.py", 177, 178,
+     "request.block_hashes, request.num_tokens - 1"),
+    ("entrypoints/openai/chat_completion/protocol.py", 521, 521, "kv_transfer_params"),
+    ("entrypoints/openai/chat_completion/protocol.py", 784, 786,
+     'extra_args["kv_transfer_params"]'),
+    ("v1/request.py", 119, 122, '"kv_transfer_params"'),
     (OFF + "scheduler.py", 863, 866, "num_computed_tokens + max_num_new_tokens"),
     (OFF + "scheduler.py", 867, 871, "num_computed_tokens + req_status.max_load_tokens"),
     (OFF + "scheduler.py", 872, 876, "max_hit_size_tokens -= 1"),
@@ -71,6 +92,7 @@ CITED = [
 ]
 TEXTS = [ROOT / "docs" / "findings" / name for name in ("001-issue.md", "003-issue.md")]
 TEXTS.append(ROOT / "README.md")  # its 0.33.0 citations (finding 001's mechanism)
+TEXTS.append(ROOT / "docs" / "findings" / "003-load-cap-loses-a-chunk.md")  # all 0.33.0's
 
 
 @pytest.fixture(scope="module")
