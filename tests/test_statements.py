@@ -79,7 +79,7 @@ def test_align_row_and_finding_001_name_what_the_layout_needs() -> None:
     flat = " ".join(F001.split())
     assert "only Mamba hybrid" not in flat
     assert "any hybrid, not only NemotronH" in flat
-    for cited in ("attention.py:266-271", "config/model.py: 1625-1627"):
+    for cited in ("attention.py:266-271", "config/model.py:1625-1627"):
         assert cited in flat, cited
     assert "must be chosen explicitly" in flat and "Blackwell" in flat
 
