@@ -7,8 +7,9 @@ generated scenarios only (no seed case, no corpus: the fuzz has to find it), sto
 at the first scenario that breaks an invariant.  A control row checks the unchanged
 release tree (exit 0 expected).  Prints a Markdown table: bug, patch, detected or not,
 seconds to detect (from the start of the check: release choice, overlay, harness start,
-scenarios), the first breaking scenario (shrunk).  Exit 1 if a bug goes undetected or
-the control reports a change.
+scenarios), the first breaking scenario (shrunk; with ``--out FILE`` also written as a
+replayable scenario file under ``FILE-stem-scenarios/BUG/``, named in the table).
+Exit 1 if a bug goes undetected or the control reports a change.
 
     python bench/bench_known_bugs.py [--quick] [--sources DIR] [--out FILE]
 
@@ -51,9 +52,19 @@ from sim.crosscheck.knownbugs import (  # noqa: E402
     load_bugs,
     release_tree,
 )
-from sim.crosscheck.prcheck import EXIT_BROKEN, EXIT_SAME, check_tree  # noqa: E402
+from sim.crosscheck.prcheck import (  # noqa: E402
+    EXIT_BROKEN,
+    EXIT_SAME,
+    check_tree,
+    write_scenarios,
+)
 from sim.crosscheck.prreport import compact  # noqa: E402
 from sim.crosscheck.tree import find_package, release_tuple  # noqa: E402
+
+
+def scenario_dir(out: Path, bug: str) -> Path:
+    """Where ``--out FILE`` puts a bug's shrunk scenarios (``prcheck.write_scenarios``)."""
+    return out.with_name(f"{out.stem}-scenarios") / bug
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--examples", type=int, default=5000,
                     help="most generated scenarios per bug (default: %(default)s)")
     ap.add_argument("--only", action="append", default=[], help="run only this bug")
-    ap.add_argument("--out", type=Path, default=None, help="also write the table here")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="also write the table here (and its JSON beside it), and each "
+                    "bug's shrunk scenarios as replayable files under "
+                    "OUT-stem-scenarios/BUG/")
     args = ap.parse_args(argv)
     modelled = modelled_releases()
     bugs = [b for b in load_bugs() if not args.only or b.name in args.only]
@@ -134,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
             first = next((c for c in r.changes if b.invariant in c.new_broken), None)
             scen = (f"`{json.dumps(compact(first.scenario), sort_keys=True)}`" if first
                     else "—")
+            if first is not None and args.out is not None:  # the scenarios as files
+                write_scenarios(r, scenario_dir(args.out, b.name))
+                scen += f" (`{r.scenario_files[r.changes.index(first)]}`)"
             secs = (f"{r.first_break_s:.1f} (start-up {r.startup_s:.1f}, then "
                     f"{r.checked} scenarios)" if r.first_break_s is not None else "—")
             rows.append(f"| {b.name}: {b.what} | {patch} | "

@@ -29,12 +29,15 @@ def _cell(g: Group, b: int) -> str:
 
 
 def token_line(s: Scenario, o: Outcome) -> list[str]:
-    """Text picture: the token line, each group's offloaded blocks, the hit, the state."""
-    factor = s.block_size_factor
+    """Text picture: the token line, each group's offloaded blocks (the chunked lookup: its
+    chunks, with the store's answer for each), what its load reads, the hit, the state."""
     T = s.num_tokens
     scale = max(1, cdiv(T, WIDTH))
     cols = cdiv(T, scale)
-    lines = [f"one column = {scale} token(s); # stored  . missing  ? deferred  L being loaded"]
+    chunked = isinstance(o.layout, ChunkLayout)
+    legend = ("# stored (HIT)  . missing  ? RETRY  P pending (HIT_PENDING)  L being loaded"
+              if chunked else "# stored  . missing  ? deferred  L being loaded")
+    lines = [f"one column = {scale} token(s); {legend}"]
     ruler = [" "] * (cols + 4)
     for pos in range(0, T + 1, max(1, 8 * scale)):
         label = str(pos)
@@ -52,19 +55,19 @@ def token_line(s: Scenario, o: Outcome) -> list[str]:
     lines.append(f"{'prompt (g=GPU hit, H=hit)':<{pad}}" + "".join(marks) + "|")
     loads = {load.group: load for load in o.loads}
     for i, g in enumerate(s.groups):
-        obs = g.gpu_block_size * s.context_parallel_size * factor
-        row = []
-        for c in range(cols):
-            b = (c * scale) // obs
-            full = (b + 1) * obs <= T
-            row.append(_cell(g, b) if full else " ")
+        units = cells(s, o, i)  # equal units from token 0, the whole ones only
+        size = (o.layout.groups[i].tokens_per_chunk if isinstance(o.layout, ChunkLayout)
+                else g.gpu_block_size * s.context_parallel_size * s.block_size_factor)
+        # a column shows the unit its first token is in (blank past the last whole one)
+        row = [units[k][2] if (k := c * scale // size) < len(units) else " "
+               for c in range(cols)]
+        lines.append(f"{_group_label(g, i, size):<{pad}}" + "".join(row))
         load = loads.get(i)
-        lines.append(f"{_group_label(g, i, obs):<{pad}}" + "".join(row))
         if load is not None and load.blocks:
+            spans = load_spans(s, o, i)
             lrow = [" "] * cols
-            first, stop = load.blocks[0], load.blocks[-1] + 1
-            for c in range(cols):  # a column per `scale` tokens, not a step per block
-                if c * scale // obs < stop and first < cdiv((c + 1) * scale, obs):
+            for c in range(cols):  # a column per `scale` tokens: marked where it reads
+                if any(first < (c + 1) * scale and c * scale < stop for first, stop in spans):
                     lrow[c] = "^"
             if load.state_position is not None:
                 c = min(cols - 1, max(0, load.state_position // scale - 1))

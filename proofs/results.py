@@ -7,10 +7,13 @@ report.json's rows). The report, the spec and their pictures are written from th
 from __future__ import annotations
 
 import multiprocessing
+import os
+import pickle
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import releases
@@ -207,7 +210,20 @@ class Side:
 
 
 Pair = tuple[str, str, float, bool]
-Work = tuple[str, "Sequence[Pair] | Side"]  # label, a group of pairs or a side task
+
+
+@dataclass(frozen=True)
+class Live:
+    """What the process running a group does as each of its pairs ends (a group runs for
+    minutes on a loaded machine; its first pairs should not wait for its last)."""
+
+    stream: str | None = None  # "stdout" or "stderr": the pair's line printed there
+    spill: str | None = None  # a folder: the pair's row pickled there (``spilled``)
+
+
+# label, a group of pairs or a side task, and what happens as each pair ends (without a
+# stream the caller prints the group's lines when the whole group ends)
+Work = tuple[str, "Sequence[Pair] | Side", Live]
 
 
 def _run_one(args: Pair) -> Row:
@@ -216,12 +232,35 @@ def _run_one(args: Pair) -> Row:
 
 def _work(item: Work) -> tuple[str, list[Row] | Any, float]:
     """Run a group of pairs (or a side task) in this process: (label, its rows or result,
-    its CPU seconds)."""
-    label, what = item
+    its CPU seconds), each pair's line printed and its row spilled as ``live`` says."""
+    label, what, live = item
     t0 = time.process_time()
-    out = (what.fn(*what.args) if isinstance(what, Side)
-           else [run_one(*args) for args in what])
+    if isinstance(what, Side):
+        out: list[Row] | Any = what.fn(*what.args)
+    else:
+        out = []
+        for args in what:
+            out.append(run_one(*args))
+            if live.stream is not None:
+                _print_row(out[-1], getattr(sys, live.stream))
+            if live.spill is not None:
+                _spill(out[-1], Path(live.spill))
     return label, out, time.process_time() - t0
+
+
+def _spill(row: Row, folder: Path) -> None:
+    """Keep a finished pair's row where an interrupted run finds it (written whole, then
+    renamed: an interrupt leaves no half a file under the name ``spilled`` reads)."""
+    name = f"{os.getpid()}-{time.monotonic_ns()}"
+    part = folder / f"{name}.part"
+    part.write_bytes(pickle.dumps(row))
+    part.replace(folder / f"{name}.row")
+
+
+def spilled(folder: Path) -> list[Row]:
+    """The rows the processes spilled into ``folder``, in the order they ended."""
+    paths = sorted(folder.glob("*.row"), key=lambda p: int(p.stem.split("-")[1]))
+    return [pickle.loads(p.read_bytes()) for p in paths]
 
 
 TABLE_HEADER = (f"{'theorem':<20}{'semantics':<30}{'status':<16}{'expected':<10}"
@@ -252,14 +291,22 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
             side: Sequence[Side] = (), results: dict[str, Any] | None = None,
             cpu: dict[str, float] | None = None,
             done_rows: Callable[[list[Row]], None] | None = None,
-            ends: list[float] | None = None, progress: Any = None) -> list[Row]:
+            ends: list[float] | None = None, progress: Any = None,
+            spill: Path | None = None) -> list[Row]:
     """Every pair, ``jobs`` at a time (separate processes; or in ``pool``); a line per pair
     as it ends. The ``side`` tasks run in the same processes, their results put in
     ``results`` by name; ``cpu`` gets each group's (and side task's) CPU seconds;
     ``done_rows`` is called with each group's rows as they end; ``ends`` gets the time
     (time.monotonic) each group or side task ended at, in order; the table's lines go to
-    ``progress`` (default stdout) as pairs end."""
+    ``progress`` (default stdout) as pairs end (for sys.stdout or sys.stderr the process
+    that ran the pair prints it; another stream gets a group's lines when it ends); with
+    ``spill``, each pair's row is also kept in that folder as it ends (``spilled``: what
+    an interrupted run had finished)."""
     print(TABLE_HEADER, file=progress or sys.stdout, flush=True)
+    # to the console's streams the process that ran a pair prints its line as it ends
+    live = Live("stdout" if progress is None or progress is sys.stdout
+                else "stderr" if progress is sys.stderr else None,
+                None if spill is None else str(spill))
     pairs = [(t, s, timeout_s, necessity) for t in theorems for s in semantics
              if THEOREMS[t].covers(s)]
     results = {} if results is None else results
@@ -283,11 +330,11 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
             half = f", part {i + 1} of {len(parts)}" if len(parts) > 1 else ""
             work.append((weight[k] * len(part) / len(g),
                          (f"{k[1]} ({'0.33.0 family' if k[0] else 'older'}, "
-                          f"{len(part)} pairs{half})", part)))
-    work += [(s.seconds, (s.name, s)) for s in side if not s.first]
+                          f"{len(part)} pairs{half})", part, live)))
+    work += [(s.seconds, (s.name, s, Live())) for s in side if not s.first]
     # longest first (stable: equal weights keep the order above); the side tasks marked
     # first before all
-    todo = ([(s.name, s) for s in side if s.first]
+    todo = ([(s.name, s, Live()) for s in side if s.first]
             + [w for _, w in sorted(work, key=lambda x: -x[0])])
     rows: list[Row] = []
     jobs = min(jobs, len(todo))
@@ -298,8 +345,8 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
         if pool is not None:
             done = pool.imap_unordered(_work, todo)
         else:  # this process, in the report's order (side tasks last)
-            done = map(_work, [(f"{p[0]} on {p[1]}", [p]) for p in pairs]
-                       + [(s.name, s) for s in side])
+            done = map(_work, [(f"{p[0]} on {p[1]}", [p], live) for p in pairs]
+                       + [(s.name, s, Live()) for s in side])
         names = {s.name for s in side}
         for label, out, seconds in done:
             if label in names:
@@ -307,7 +354,8 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
             else:
                 for r in out:
                     rows.append(r)
-                    _print_row(r, progress)
+                    if live.stream is None:  # else printed as the pair ended
+                        _print_row(r, progress)
                 if done_rows is not None:
                     done_rows(out)
             cpu[label] = seconds
@@ -321,10 +369,35 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
     return sorted(rows, key=lambda r: order.index((r.theorem, r.semantics)))
 
 
+def answered_by(theorem: str, release: str) -> list[str]:
+    """The findings whose fix, built on ``release``, is declared to hold ``theorem`` with
+    less than the release needs: over every accepted layout where the release fails
+    there, or under fewer preconditions (scope ones apart)."""
+    thm = THEOREMS[theorem]
+
+    def needs(s: str) -> tuple[bool, set[str]]:
+        return (thm.holds_over_accepted(s),
+                {p for p in thm.pre(s) if not PRECONDITIONS[p].scope})
+
+    if not thm.covers(release):
+        return []
+    over, pre = needs(release)
+    out = set()
+    for fix in releases.fixes(of=release):
+        s = releases.get(fix)
+        if s.finding is None or not thm.covers(fix) or not thm.expected[fix]:
+            continue
+        fix_over, fix_pre = needs(fix)
+        if (fix_over and not over) or fix_pre < pre:
+            out.add(s.finding)
+    return sorted(out)
+
+
 def found_line(rows: Sequence[Row]) -> str | None:
     """What the run found about the newest release it covers, apart from whether the
     project's expectations held: the theorems that fail on some layout the release
-    accepts, and those proved for every such layout (None: no release row)."""
+    accepts (each with the findings whose fix answers it, ``answered_by``), and those
+    proved for every such layout (None: no release row)."""
     covered = {r.semantics for r in rows}
     newest = next((n for n in reversed(releases.releases()) if n in covered), None)
     if newest is None:
@@ -342,7 +415,9 @@ def found_line(rows: Sequence[Row]) -> str | None:
             open_.append(r.theorem)
     parts = []
     if fails:
-        parts.append(f"{', '.join(fails)} FAIL on layouts it accepts")
+        named = [f"{t} (finding {', '.join(f)})" if (f := answered_by(t, newest)) else t
+                 for t in fails]
+        parts.append(f"{', '.join(named)} FAIL on layouts it accepts")
     if holds:
         parts.append(f"{', '.join(holds)} hold on every layout it accepts")
     if open_:

@@ -104,9 +104,12 @@ PRECONDITIONS: dict[str, Precondition] = {
             "Not checked by vLLM: start-up asks only that every group's block size is a "
             "multiple of hash_block_size (vllm/v1/core/kv_cache_utils.py:665, "
             "vllm/v1/kv_offload/base.py:493) and schedules in multiples of their lcm "
-            "(vllm/v1/core/kv_cache_utils.py:641). It holds for the hybrids vLLM builds in "
-            "align mode, which give the Mamba group cache_config.block_size "
-            "(vllm/model_executor/models/config.py:453) like the attention groups.",
+            "(vllm/v1/core/kv_cache_utils.py:641). It holds for the hybrids vLLM 0.23.0 and "
+            "0.24.0 build with prefix caching on (Mamba mode 'all' or 'align'), which give "
+            "the Mamba group cache_config.block_size "
+            "(vllm/model_executor/models/config.py:453) like the attention groups; on 0.33.0 "
+            "a Mamba hybrid with sliding-window attention on FlashInfer breaks it "
+            "(docs/findings/001-mamba-state-past-hit-end.md).",
         ),
         Precondition(
             "same-block-size",
@@ -131,8 +134,9 @@ PRECONDITIONS: dict[str, Precondition] = {
             lambda c, d: z3.And([
                 w - 1 != d.obs[g] * ((w - 1) / d.obs[g])
                 for g, w in enumerate(c.window) if w is not None]),
-            "Can break, but rarely: the lookup asks for cdiv(sliding_window, B) blocks "
-            "(scheduler.py:98) while the load needs the sliding_window - 1 tokens before "
+            "Can break, but rarely: 0.24.0's lookup asks for cdiv(sliding_window, B) blocks "
+            "(scheduler.py:98; 0.33.0 widens it where the hit does not end on a chunk, "
+            "scheduler.py:117) while the load needs the sliding_window - 1 tokens before "
             "the hit's end (single_type_kv_cache_manager.py:796), one block fewer when "
             "sliding_window = k*B + 1 (e.g. 4097 with block 16, or any window with block 1).",
         ),
@@ -140,8 +144,11 @@ PRECONDITIONS: dict[str, Precondition] = {
             "no-eagle",
             "no group is an EAGLE/MTP draft group",
             lambda c, d: z3.And([z3.Not(e) for e in d.eagle]),
-            "Can break: EAGLE/MTP speculative decoding marks groups (scheduler.py:169-180); "
-            "their trailing block is given away on purpose.",
+            "Can break: EAGLE/MTP speculative decoding marks the groups that hold the "
+            "drafter's layers (0.24.0: scheduler.py:169-180; 0.33.0: scheduler.py:208); with "
+            "no group marked, 0.24.0 treats every group as one, 0.33.0 none "
+            "(scheduler.py:218 of 0.33.0); their trailing block (chunk) is given away on "
+            "purpose.",
         ),
         Precondition(
             "full-chunk-within-windowed",

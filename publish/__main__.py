@@ -29,13 +29,21 @@ from typing import Any
 from model.args import OneLineParser, output_dir
 from model.semantics import MODEL_SEMANTICS as SEMANTICS
 from proofs.cli import add_run_arguments, refuse, scope, tune_gc
-from proofs.results import Row, Side, found_line, run_all
+from proofs.results import Row, Side, found_line, run_all, spilled
 from proofs.theorems import THEOREMS
 from publish.facts import FACT_PARTS, PAIR_FACTS, collect_facts, fact_part, facts_from_pairs
 from publish.names import PR_RELEASE
 from publish.report import Drawing, EarlyPictures, draw_all, incomplete_report, write_report
 from publish.spec import write_spec
 from publish.staging import publish, publish_failed, staging, stamp
+
+
+def _every_finished(ended: list[Row], spill: Path) -> list[Row]:
+    """The pairs an interrupted run finished: the rows of the groups that ended, then those
+    the processes spilled from groups that did not (each pair once)."""
+    seen = {(r.theorem, r.semantics) for r in ended}
+    more = [r for r in spilled(spill) if (r.theorem, r.semantics) not in seen]
+    return ended + list({(r.theorem, r.semantics): r for r in more}.values())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     # then every picture of the report and the spec at once
     pool = multiprocessing.Pool(args.jobs) if args.jobs > 1 else None
     found: str | None = None
-    # the pairs that finished, kept for the report of an interrupted run
+    # the pairs that finished, kept for the report of an interrupted run: those of the
+    # groups that ended, and those the processes spilled as each pair ended
     finished: list[Row] = []
+    spill = tempfile.TemporaryDirectory(prefix="proofs-rows-")
     try:
         tmp = staging(out)
         # a fact that a pair computes anyway is taken from its row (PAIR_FACTS)
@@ -99,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
         rows = run_all(args.theorem, args.semantics, args.timeout, not args.no_necessity,
                        args.jobs, pool, side, facts, cpu,
-                       done_rows, ends)
+                       done_rows, ends, spill=Path(spill.name))
         t2 = time.monotonic()
         drawings: list[Drawing] = []
         write_report(rows, tmp, args.jobs, drawings)
@@ -125,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as e:  # noqa: BLE001 - a partial run must not look green
         if not isinstance(e, KeyboardInterrupt | OSError):
             traceback.print_exc()  # a bug, not bad input: show where
+        if isinstance(e, KeyboardInterrupt):
+            finished = _every_finished(finished, Path(spill.name))
         why = str(e).splitlines()[0] if str(e) else ""
         verdict = (f"FAIL: the run did not complete ({type(e).__name__}"
                    f"{': ' + why if why else ''}; {scope(args)})")
@@ -144,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if pool is not None:
             pool.terminate()
+        spill.cleanup()
     spec = f", spec in {out}/spec.md" if full else ""
     print(f"{time.monotonic() - t0:.1f}s; report in {out}/report.md{spec}")
     if found:

@@ -444,10 +444,14 @@ def _guarantee_rows(results: Results) -> dict[str, dict[str, Any]]:
 
 
 def preconditions(results: Results, env: jinja2.Environment) -> list[dict[str, Any]]:
-    """The rows of the first screen's table: vLLM's enforcement and what breaks it."""
+    """The rows of the first screen's table: vLLM's enforcement and what breaks it; those
+    the newest release's theorems assume first (the others are older releases')."""
     data = tomllib.loads((TEMPLATES / "preconditions.toml").read_text())
+    newest = releases_registry.newest().base_version
     rows = []
-    for name, e in _guarantee_rows(results).items():
+    found = _guarantee_rows(results).items()
+    for name, e in sorted(found, key=lambda ne: all(a["release"] != newest
+                                                      for a in ne[1]["assumed_by"])):
         if e["scope"]:
             continue
         d = data.get(name, {})

@@ -8,7 +8,8 @@ is a file that replays, and each outcome has its own documented exit code.
   input, 3 an invariant broken (in ``--help``); its shrunk scenarios are written as
   files and replay.
 - ``bench/bench_known_bugs.py`` without ``--sources``: finds the wheels or fetches them;
-  when it cannot, one ``error:`` line and exit 2.
+  when it cannot, one ``error:`` line and exit 2; with ``--out`` the shrunk scenario its
+  table prints is also a file that replays.
 - ``python -m model lookup`` on a FIFO (or a directory holding one) and ``python -m sim
   run`` with a semantics named twice: one error line and exit 2, not a hang.
 - pytest-timeout is installed with the package, so the ``timeout`` option applies.
@@ -224,3 +225,40 @@ def test_pytest_timeout_comes_with_the_package() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "timeout" in project["tool"]["pytest"]["ini_options"]
     assert any(d.startswith("pytest-timeout") for d in project["project"]["dependencies"])
+
+
+def test_known_bugs_writes_each_shrunk_scenario_as_a_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/bench_known_bugs.py prints each bug's first breaking scenario in its table;
+    with --out it is also a file (named in the table) that replays.  The release tree,
+    the patch and the PR check are stubbed: the table and the files are under test."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_known_bugs", ROOT / "bench" / "bench_known_bugs.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bug = knownbugs.Bug("revert-44599", "the round-down reverted", "0.24.0",
+                        "no-partial-state", knownbugs.BUGS_DIR / "revert-44599.diff")
+
+    def check_tree(tree: Any, examples: int, corpus: Any, **_: Any) -> PRResult:
+        changes = [] if examples in (300, 2000) else [BREAKING]  # the control is clean
+        return _result(changes)
+
+    monkeypatch.setattr(bench, "modelled_releases", lambda: ["0.24.0"])
+    monkeypatch.setattr(bench, "load_bugs", lambda: [bug])
+    monkeypatch.setattr(bench, "release_tree", lambda src, v, dest: dest)
+    monkeypatch.setattr(bench, "find_package", lambda tree: tree)
+    monkeypatch.setattr(bench, "apply_patch", lambda patch, dest: None)
+    monkeypatch.setattr(bench, "check_tree", check_tree)
+    monkeypatch.setattr(bench, "NEEDS_RELEASE", [])
+    out = tmp_path / "known-bugs.md"
+    assert bench.main(["--quick", "--sources", str(tmp_path), "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    written = sorted((tmp_path / "known-bugs-scenarios" / "revert-44599").glob("*.json"))
+    assert [p.name for p in written] == ["pr-check-01-hit-breaks-no-partial-state.json"]
+    row = next(line for line in table.splitlines() if line.startswith("| revert-44599"))
+    assert f"(`{written[0]}`)" in row and out.read_text() == table
+    assert model_cli.main(["lookup", str(written[0])]) in (0, 1), capsys.readouterr()

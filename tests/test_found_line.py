@@ -7,7 +7,7 @@ from pathlib import Path
 
 import releases
 from proofs.check import Verdict
-from proofs.results import Row, found_line
+from proofs.results import Row, answered_by, found_line
 from publish.staging import stamp
 
 NEWEST = releases.newest()
@@ -25,9 +25,23 @@ def test_the_newest_release_s_failures_and_proofs_are_named() -> None:
             _row("leaves-last-token", NEWEST.name, "UNKNOWN"),
             _row("whole-blocks", OLDER, "COUNTEREXAMPLE")]
     line = found_line(rows)
-    assert line == (f"vLLM {NEWEST.base_version}: no-partial-state FAIL on layouts it "
-                    "accepts; termination hold on every layout it accepts; "
+    assert line == (f"vLLM {NEWEST.base_version}: no-partial-state (finding 001) FAIL on "
+                    "layouts it accepts; termination hold on every layout it accepts; "
                     "no verdict for leaves-last-token")
+
+
+def test_a_failure_names_the_finding_whose_fix_answers_it() -> None:
+    """issue 26: the bug was an indented line linked to no finding. A fix built on the
+    release that holds the theorem with less than the release needs names its finding;
+    a failure no fix answers (whole-blocks: finding 002, not a bug) names none."""
+    assert answered_by("no-partial-state", NEWEST.name) == ["001"]
+    assert answered_by("maximality", NEWEST.name) == ["003"]
+    assert answered_by("whole-blocks", NEWEST.name) == []
+    assert answered_by("termination", NEWEST.name) == []
+    rows = [_row("maximality", NEWEST.name, "PROVED", "COUNTEREXAMPLE"),
+            _row("whole-blocks", NEWEST.name, "COUNTEREXAMPLE")]
+    assert found_line(rows) == (f"vLLM {NEWEST.base_version}: maximality (finding 003), "
+                                "whole-blocks FAIL on layouts it accepts")
 
 
 def test_only_the_newest_release_with_rows_is_reported() -> None:

@@ -3,6 +3,9 @@ leaves a report whose first line says FAIL and none of the earlier run's artefac
 
 from __future__ import annotations
 
+import os
+import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -55,7 +58,7 @@ def test_crashed_run_leaves_fail(tmp_path: Path, capsys: pytest.CaptureFixture[s
     d = tmp_path / "report"
     green(d)
 
-    def crash(*args: object) -> None:
+    def crash(*args: object, **kwargs: object) -> None:
         raise RuntimeError("injected failure")
 
     monkeypatch.setattr(publish_main, "run_all", crash)
@@ -99,7 +102,7 @@ def test_interrupted_run_keeps_its_finished_pairs_as_incomplete(
     green(d)
     row = Row("termination", V024, Verdict("PROVED", 0.1), "holds", ())
 
-    def interrupted(*args: object) -> None:
+    def interrupted(*args: object, **kwargs: object) -> None:
         done = args[9]
         assert callable(done)
         done([row])
@@ -115,3 +118,39 @@ def test_interrupted_run_keeps_its_finished_pairs_as_incomplete(
     assert "termination" in text and V024 in text
     assert not (d / "report.json").exists() and not (d / "spec.md").exists()
     assert capsys.readouterr().out.splitlines()[-1] == lines[0]
+
+
+def test_interrupted_run_keeps_the_pairs_a_running_group_finished(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C inside a group of pairs (one process runs a group for minutes): the pairs
+    of that group which ended are in the INCOMPLETE report too, not only whole groups."""
+    import proofs.results as runs
+    from proofs.check import Verdict
+
+    d = tmp_path / "report"
+    green(d)
+    calls: list[str] = []
+
+    def run_one(theorem: str, semantics: str, *_: object) -> runs.Row:
+        calls.append(theorem)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return runs.Row(theorem, semantics, Verdict("PROVED", 0.1), "holds", ())
+
+    def run_all(*args: object, spill: Path | None = None, **_: object) -> None:
+        assert spill is not None  # the real run_all hands it to the processes
+        pairs = [(t, V024, 1.0, False)
+                 for t in ("termination", "whole-blocks", "leaves-last-token")]
+        runs._work(("one group", pairs, runs.Live(spill=str(spill))))
+
+    monkeypatch.setattr(runs, "run_one", run_one)
+    monkeypatch.setattr(publish_main, "run_all", run_all)
+    code = publish_main.main(["--report", str(d), "--jobs", "1"])
+    assert code == 130
+    text = (d / "report.md").read_text()
+    assert text.startswith("FAIL: INCOMPLETE: interrupted with 2 pairs finished")
+    pairs = re.findall(r"^### ([\w-]+) on ([\w.-]+):", text, re.M)
+    assert pairs == [("whole-blocks", V024), ("termination", V024)], pairs
+    assert capsys.readouterr().out.splitlines()[-1] == text.splitlines()[0]
+    assert not list(Path(tempfile.gettempdir()).glob(f"proofs-rows-*/{os.getpid()}-*"))

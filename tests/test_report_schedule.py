@@ -4,6 +4,7 @@ pool records the order."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,7 +26,7 @@ class _Order:
         self.labels: list[str] = []
 
     def imap_unordered(self, fn: Any, todo: list[Any]) -> Iterator[Any]:
-        self.labels = [label for label, _ in todo]
+        self.labels = [label for label, *_ in todo]
         return iter(())
 
 
@@ -142,3 +143,48 @@ def test_the_spec_pictures_of_a_row_are_drawn_early_too(
     later = spec.drawings(tmp_path / "out", spec.pictures(results))
     assert len(later) == 3  # two counterexamples and the scaled alt-round-num-hit
     assert all(d.key() in early.drawn for d in later)
+
+
+def _fake_row(theorem: str, semantics: str, *_: Any) -> runs.Row:
+    from proofs.check import Verdict
+
+    return runs.Row(theorem, semantics, Verdict("PROVED", 0.0), "holds", ())
+
+
+def test_a_groups_pair_line_is_printed_as_the_pair_ends(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A group runs its pairs one after another in one process: each pair's line is out
+    before the next pair starts, not when the whole group ends (issue 26: nothing for
+    90 s, then every row at once)."""
+    printed_before: list[str] = []
+
+    def run_one(theorem: str, semantics: str, *_: Any) -> runs.Row:
+        printed_before.append(capsys.readouterr().err)
+        return _fake_row(theorem, semantics)
+
+    monkeypatch.setattr(runs, "run_one", run_one)
+    pairs = [("termination", V024, 1.0, False), ("whole-blocks", V024, 1.0, False)]
+    label, rows, _ = runs._work(("a group", pairs, runs.Live("stderr")))
+    assert label == "a group" and [r.theorem for r in rows] == ["termination", "whole-blocks"]
+    assert printed_before[0] == ""
+    assert printed_before[1].startswith("termination") and V024 in printed_before[1]
+    assert capsys.readouterr().err.startswith("whole-blocks")
+    # no stream named: the caller prints the group's lines
+    runs._work(("a group", pairs, runs.Live()))
+    assert capsys.readouterr().err == ""
+
+
+def test_each_pair_line_is_printed_once_by_a_pool_run(
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """Two processes, two families: every pair's line on the progress stream exactly once
+    (the processes print them; the parent does not again)."""
+    monkeypatch.setattr(runs, "run_one", _fake_row)
+    v033 = releases.newest().name
+    theorems = ["termination", "whole-blocks"]
+    rows = runs.run_all(theorems, [V024, v033], 1.0, False, 2, progress=sys.stderr)
+    out, err = capfd.readouterr()
+    assert out == ""
+    lines = [line.split()[:2] for line in err.splitlines()[1:]]
+    assert sorted(lines) == sorted([t, s] for t in theorems for s in (V024, v033))
+    assert [(r.theorem, r.semantics) for r in rows] == [
+        (t, s) for t in theorems for s in (V024, v033)]
