@@ -152,9 +152,6 @@ def ensure_env(version: str, *, rebuild: bool = False) -> Path:
 
 # ---------------------------------------------------------------- light environments
 
-# every vLLM release the bisect runs, oldest first (docs/releases.md)
-ALL_RELEASES = ("0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1",
-                "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
 # releases whose offloading scheduler is byte for byte their predecessor's (not built;
 # ``alias_evidence`` shows it from the wheels)
 ALIASES = {"0.25.1": "0.25.0", "0.27.1": "0.27.0"}
@@ -165,6 +162,11 @@ LIGHT_STAMP = ".crosscheck-light-ready"
 
 def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in version.split("."))
+
+
+# every vLLM release the bisect runs, oldest first (docs/releases.md): the registry's
+# releases and their aliases; a release module added to releases/ is picked up here
+ALL_RELEASES = tuple(sorted({*VERSIONS, *ALIASES}, key=version_key))
 
 
 def built_releases() -> tuple[str, ...]:
