@@ -71,9 +71,10 @@ def lost_tokens(summaries: Sequence[TierSummary]) -> dict[tuple[int, str, str], 
 
 COLUMNS = ("tier", "policy", "semantics", "requests", "hit req", "hit tokens", "lost",
            "corrupted", "rate", "missing loads", "evictions", "refused stores")
-# with preemptions: the preempted requests, their resumed hits, the resumed hits' tokens
-# and those lost against the run's first semantics, and the resumed loads that corrupted
-RESUME_COLUMNS = ("preempted", "resume hits", "resume hit tok", "resume lost",
+# with preemptions: the preempted requests (those mid-prefill), their resumed hits, the
+# resumed hits' tokens and those lost against the run's first semantics, and the resumed
+# loads that corrupted
+RESUME_COLUMNS = ("preempted", "in prefill", "resume hits", "resume hit tok", "resume lost",
                   "resume corrupted")
 
 
@@ -99,7 +100,8 @@ def table(summaries: Sequence[TierSummary]) -> str:
                f"{s.corrupted:,}", f"{s.corrupted_rate:.4%}", f"{s.missing_loads:,}",
                f"{s.evictions:,}", f"{s.failed_stores:,}"]
         if resumes:
-            row += [f"{s.preempted:,}", f"{s.resume_hit_requests:,}",
+            row += [f"{s.preempted:,}", f"{s.preempted_in_prefill:,}",
+                    f"{s.resume_hit_requests:,}",
                     f"{s.resume_hit_tokens:,}", f"{lost_resume[cell]:,}",
                     f"{s.resume_corrupted:,}"]
         rows.append(row)

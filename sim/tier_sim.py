@@ -158,6 +158,7 @@ class TierSummary:
     resume_hit_requests: int = 0  # of them, those whose resumed lookup hit
     resume_hit_tokens: int = 0  # their resumed hits' tokens (also in ``hit_tokens``)
     resume_corrupted: int = 0  # resumed lookups that restored a wrong state or tainted chunks
+    preempted_in_prefill: int = 0  # of ``preempted``: mid-prefill (the rest mid-decode)
 
     @property
     def corrupted_rate(self) -> float:
@@ -492,4 +493,5 @@ class TierSim:
             sum((r.inherited or r.resume_inherited) and not (r.wrong_state or r.resume_wrong)
                 for r in rs),
             sum(r.preempted is not None for r in rs), sum(r.resume_hit > 0 for r in rs),
-            sum(r.resume_hit for r in rs), sum(r.resume_differs for r in rs))
+            sum(r.resume_hit for r in rs), sum(r.resume_differs for r in rs),
+            sum(r.preempted == PREFILL for r in rs))
