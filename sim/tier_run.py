@@ -6,7 +6,10 @@ a fresh tier. Per cell: the requests, those with a hit, the hit tokens and those
 against the first semantics of the run on the same tier size and policy (a fix's cost),
 the requests whose restored Mamba state was saved past or before the hit's end
 (corrupted: the output can differ from the cold run) and their rate, and the loads of
-keys the tier lacks (where vLLM asserts).
+keys the tier lacks (where vLLM asserts). With ``preempt`` (``sim.tier_preempt.plan``,
+the same plan for every cell): the preempted requests, those preempted mid-prefill, the
+resumed lookups that hit, their tokens and those lost, and the resumed loads that
+restored a wrong state or tainted chunks.
 """
 
 from __future__ import annotations

@@ -35,6 +35,14 @@ Checked request by request against the real engine on an H200 (three workloads o
 requests, ``sim/gpu/results/tier-workload/``): hit, state, whether the output differs,
 and every ``prepare_store`` call agree.
 
+Preemption and resume (``run(..., preemptions=)``, ``sim.tier_preempt``): a preempted
+request's in-flight stores complete (flushed), it keeps its ``ReqContext`` and is not
+finished; resumed, it looks the tier up again over its prompt and the tokens it decoded,
+loads, recomputes in steps (stores within the prompt, restarted at chunk 0) and finishes
+as above. Its output can differ when either pass's load restored a wrong state or tainted
+chunks (``TierRequestResult.differs``). A recompute past the prompt (resumed mid-decode)
+offers the retained Mamba state only where a step ends at it or the load was exactly it.
+
 Not modelled: concurrent requests (their interleaved stores and loads), the GPU prefix
 cache, decode-phase states (``offload_prompt_only``), sliding-window blocks freed and
 re-allocated before a refused store is retried, sparse store masks (every layout here
