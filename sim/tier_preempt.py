@@ -8,7 +8,7 @@ connector is ``distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py``
 - ``_preempt_request`` frees the request's GPU blocks (:1817), sets
   ``num_computed_tokens = 0`` (:1822) and puts it back at the head of the waiting queue
   (:1842); the connector hears of it only through ``preempted_req_ids`` (:1733): it
-  flushes the request's in-flight store jobs (connector :2136-2150), which the worker
+  flushes the request's in-flight store jobs (connector :2136-2151), which the worker
   submits and waits for (offloading/worker.py:219-244), so they complete. The request is
   not finished: no ``on_request_finished``, and its ``ReqContext`` (and the manager's
   per-request record in it) stays; ``on_new_request`` runs once per request, when it is

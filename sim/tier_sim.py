@@ -411,7 +411,7 @@ class TierSim:
         """The request's first pass up to its preemption: mid-prefill after
         ``plan.prefill_steps`` steps when its prefill takes more, else mid-decode after
         ``plan.decoded`` output tokens (the prefill and the first decode step's offer
-        done). Its in-flight stores are flushed and complete (scheduler.py:2136-2150,
+        done). Its in-flight stores are flushed and complete (scheduler.py:2136-2151,
         worker.py:219-244); it is not finished."""
         live = self._start(req)
         P = req.prompt_len

@@ -149,3 +149,41 @@ def test_bad_preempt_input_names_the_flag(argv: list[str], flag: str,
     assert main(base + argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and flag in err[0]
+
+
+SCHEDCORE = "v1/core/sched/scheduler.py"
+CONNECTOR = "distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
+# sim/tier_preempt.py's citations of vLLM 0.33.0: (file, line, what the line holds)
+PREEMPT_CITATIONS = [
+    (SCHEDCORE, 1817, "self._free_request_blocks(request)"),
+    (SCHEDCORE, 1822, "request.num_computed_tokens = 0"),
+    (SCHEDCORE, 1842, "self.waiting.prepend_request(request)"),
+    (SCHEDCORE, 1733, "preempted_req_ids=self.reset_preempted_req_ids"),
+    (SCHEDCORE, 1110, "if request.num_computed_tokens == 0:"),
+    (SCHEDCORE, 1139, "self.connector.get_num_new_matched_tokens("),
+    (SCHEDCORE, 2955, "self.connector.on_new_request(request)"),
+    (CONNECTOR, 2137, "for req_id in scheduler_output.preempted_req_ids"),
+    (CONNECTOR, 2151, "self._current_batch_jobs_to_flush.update(jobs_to_flush)"),
+    (CONNECTOR, 1244, "# Restarting at token 0: offer every chunk again."),
+    (CONNECTOR, 1245, "group_state.next_stored_chunk_idx = 0"),
+    (CONNECTOR, 1254, "req_status.update_offload_keys()"),
+    (CONNECTOR, 862, "max_hit_size_tokens: int = req_status.req.num_tokens"),
+    (CONNECTOR, 770, "num = min(num, req_status.req.num_prompt_tokens)"),
+    ("distributed/kv_transfer/kv_connector/v1/offloading/worker.py", 244,
+     "self.worker.wait(kv_connector_metadata.jobs_to_flush)"),
+    ("v1/core/kv_cache_coordinator.py", 369, "request.num_prompt_tokens,"),
+]
+
+
+def test_preemption_citations_hold_their_lines() -> None:
+    from sim.crosscheck.envs import source_package
+
+    version = releases.reference("chunked").base_version
+    root = source_package(version)
+    unpacked = Path(__file__).resolve().parents[2] / "wheels" / f"src-{version}" / "vllm"
+    root = root if root is not None else (unpacked if unpacked.is_dir() else None)
+    if root is None:
+        pytest.skip(f"no vLLM {version} source (python -m sim.crosscheck.envs builds it)")
+    wrong = [f"{path}:{line}" for path, line, text in PREEMPT_CITATIONS
+             if text not in (root / path).read_text().splitlines()[line - 1]]
+    assert not wrong, wrong
