@@ -121,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="chunked semantics: CPU tier sizes in chunks, comma-separated")
     run.add_argument("--tier-policy", type=_policy_list, default=tuple(POLICIES),
                      help="chunked semantics: eviction policies, comma-separated (lru,arc)")
+    run.add_argument("--preempt", type=_rate, default=0.0, metavar="SHARE",
+                     help="chunked semantics: preempt this share of the requests (0-1) "
+                          "mid-prefill or mid-decode and resume them later, looking up the "
+                          "CPU tier again (sim.tier_preempt)")
+    run.add_argument("--resume-after", type=_resume_range, default=(1, 8), metavar="A-B",
+                     help="chunked semantics, with --preempt: a preempted request resumes "
+                          "after A-B later requests (default 1-8)")
     rr = sub.add_parser("rerun", help="the hit of a prompt sent again after a cold run")
     rr.add_argument("--semantics", required=True)
     rr.add_argument("--lengths", required=True, help="A-B, inclusive")
@@ -144,6 +151,28 @@ def _int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated sizes in 1..10,000,000, got {text[:40]!r}")
     return vals
+
+
+def _rate(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a share in 0..1, got {text[:40]!r}")
+    return v
+
+
+def _resume_range(text: str) -> tuple[int, int]:
+    parts = text.split("-")
+    try:
+        lo, hi = (int(parts[0]), int(parts[-1])) if len(parts) <= 2 else (0, -1)
+    except ValueError:
+        lo, hi = 0, -1
+    if lo < 0 or hi < lo or hi > 1_000_000:
+        raise argparse.ArgumentTypeError(
+            f"expected A-B with 0 <= A <= B <= 1,000,000 requests, got {text[:40]!r}")
+    return lo, hi
 
 
 def _policy_list(text: str) -> tuple[str, ...]:
@@ -171,9 +200,12 @@ def _run_tier(a: argparse.Namespace, names: tuple[str, ...]) -> int:
         raise UsageError(f"--report: {a.report} exists and is not a directory")
     clean = _clean_names(a.fail_on_corruption, names)
     grid = TierGrid(layout, a.workload, a.requests, a.seed, names, a.tier_chunks,
-                    a.tier_policy, a.max_num_batched_tokens)
+                    a.tier_policy, a.max_num_batched_tokens, a.preempt, a.resume_after)
     summaries = run_grid(grid, show_progress=not a.no_progress)
-    print(f"layout {layout.name} ({layout.summary}); workload {a.workload}, "
+    preempt = (f", {a.preempt:.0%} preempted and resumed after {a.resume_after[0]}-"
+               f"{a.resume_after[1]} requests (prefill steps of {grid.step_tokens} tokens)"
+               if a.preempt else "")
+    print(f"layout {layout.name} ({layout.summary}); workload {a.workload}{preempt}, "
           f"{a.requests:,} requests, seed {a.seed}")
     print(tier_table(summaries))
     if a.report is not None:
@@ -202,6 +234,9 @@ def _run(a: argparse.Namespace) -> int:
                          "the CPU tier and cannot be mixed with the others")
     if chunked:
         return _run_tier(a, names)
+    if a.preempt:
+        raise UsageError("--preempt: only the chunked semantics (the CPU tier) model "
+                         "preemption")
     config = _config(a)
     if a.report is not None and a.report.exists() and not a.report.is_dir():
         raise UsageError(f"--report: {a.report} exists and is not a directory")
