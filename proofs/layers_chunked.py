@@ -52,6 +52,7 @@ from proofs import (
     lemmas_chunked,
     pinned_chunked,
     pinned_violation_chunked,
+    premises_chunked,
     tail_layers_chunked,
     turn_chunked,
 )
@@ -251,58 +252,40 @@ def lemma_turn(
 
 # premise satisfiability of the lemma queries (issue 23): each lemma's premises (start-up,
 # the request rules, the preconditions, the derived quantities, a turn from any state)
-# hold on a request with a GPU hit of 64 tokens, the group's block (32 tokens, a Mamba
-# group's 16) other than the layout's Mamba block (16) where the preconditions allow
-PIN_COMPUTED, PIN_PROMPT, PIN_GPU, PIN_MAMBA_GPU, PIN_WINDOW = 64, 200, 32, 16, 64
-_PREMISES: dict[tuple[object, ...], bool] = {}
+# hold on the pinned request of proofs.premises_chunked (a GPU hit of 64 tokens, the
+# group's block, 32 tokens, other than the layout's Mamba block, 16, where the
+# preconditions allow), replayed through model/ with a Mamba load
 
 
-def _premise_pin(kind: str, mamba: bool) -> Pin:
-    def pin(cfg: turn_chunked.Cfg, st: State, t: turn_chunked.Step) -> list[z3.BoolRef]:
-        env = turn_chunked.symbolic_env()
-        out = [cfg.computed == PIN_COMPUTED, cfg.prompt == PIN_PROMPT, cfg.bpc == 1,
-               cfg.prefix_caching, env.has_mamba == mamba, env.mamba_gpu == PIN_MAMBA_GPU,
-               cfg.gpu[0] == (PIN_MAMBA_GPU if kind == turn_chunked.MAMBA else PIN_GPU)]
-        return out + [w == PIN_WINDOW for w in cfg.window if w is not None]
+def lemma_premises(sem: Semantics, assumed: Sequence[str], name: str, kind: str) -> str | None:
+    """None when lemma ``name``'s query about a group of ``kind`` has satisfiable premises
+    on the pinned request, with a Mamba group elsewhere in the layout (same-block-size
+    makes every chunk the Mamba one: one block size there), replayed through model/;
+    else why not."""
+    p = premises_chunked.Pin(kind, True, same="same-block-size" in assumed)
+    cfg, env = turn_chunked.symbolic_config((kind,)), turn_chunked.symbolic_env()
 
-    return pin
+    def pin(c: turn_chunked.Cfg, st: State, t: turn_chunked.Step) -> list[z3.BoolRef]:
+        return premises_chunked.pins(p, c, env)
 
-
-def lemma_premises_hold(sem: Semantics, assumed: Sequence[str], name: str, kind: str) -> bool:
-    """Whether lemma ``name``'s query about a group of ``kind`` has satisfiable premises on
-    the pinned request (``PIN_*``): with a Mamba group elsewhere in the layout unless
-    same-block-size is assumed (it makes every chunk the Mamba one)."""
-    key = (sem.name, sem.reround_mamba, sem.reround_rerun, sem.steps, tuple(sorted(assumed)),
-           name, kind)
-    if key not in _PREMISES:
-        mamba = kind == turn_chunked.MAMBA or "same-block-size" not in assumed
-        q = lemma_turn(sem, assumed, name, kind, _premise_pin(kind, mamba), negated=False)
-        s = z3.Solver()
-        s.set("timeout", 20_000)
-        s.add(*q)
-        _PREMISES[key] = s.check() == z3.sat
-    return _PREMISES[key]
+    q = lemma_turn(sem, assumed, name, kind, pin, negated=False)
+    return premises_chunked.holds(q, p, sem, cfg, env)
 
 
-PREMISES = ("premises: every lemma query's premises hold on a request with a GPU hit and "
-            "the group's block other than the Mamba block")
+PREMISES = f"premises: {premises_chunked.WORDS}"
 
 
 def premises_query(sem: Semantics, assumed: Sequence[str], names: Sequence[str]
                    ) -> list[z3.BoolRef]:
-    """``lemma_premises_hold`` for every lemma of ``names`` (on the turn) and kind, as a
+    """``lemma_premises`` for every lemma of ``names`` (on the turn) and kind, as a
     query named ``PREMISES``: unsatisfiable exactly when all hold; a failure is printed."""
-    import sys
-
-    for name in names:
-        if name == "initial-aligned":
-            continue  # about the initial bound, not a turn: the witness covers it
-        for kind in (turn_chunked.FA,) if name == "down" else turn_chunked.KINDS:
-            if not lemma_premises_hold(sem, assumed, name, kind):
-                print(f"{PREMISES}: FAILED: lemma {name} ({kind}) on {sem.name}",
-                      file=sys.stderr, flush=True)
-                return [z3.BoolVal(True)]
-    return [z3.BoolVal(False)]
+    checks: list[premises_chunked.Check] = [
+        (f"lemma {name} ({kind})", partial(lemma_premises, sem, assumed, name, kind))
+        for name in names
+        if name != "initial-aligned"  # about the initial bound, not a turn: the witness
+        for kind in ((turn_chunked.FA,) if name == "down" else turn_chunked.KINDS)
+    ]
+    return premises_chunked.query(PREMISES, checks, sem)
 
 
 def lemma_initial(assumed: Sequence[str], steps: ChunkSteps = turn_chunked.STOCK

@@ -58,7 +58,7 @@ import z3
 from model.evaluate import evaluate
 from model.scenario import parse_scenario
 from model.semantics import Semantics
-from proofs import abstract_chunked, tail_chunked, turn_chunked
+from proofs import abstract_chunked, premises_chunked, tail_chunked, turn_chunked
 from proofs import assume as _assume
 from proofs.assume import assume, shape
 from proofs.encoding import Enc, State, Store, fresh_state
@@ -793,6 +793,50 @@ def same_load_query(kind: str) -> list[z3.BoolRef]:
     return _finish(enc, premises + env + [tail_chunked.active(a), z3.Not(same)])
 
 
+# --- premise satisfiability of every lemma query (issue 23; proofs.premises_chunked) ------
+
+PREMISES = f"tail premises: {premises_chunked.WORDS}"
+
+
+def lemma_premises(name: str, kind: str, sem: Semantics, other: str | None = None
+                   ) -> str | None:
+    """None when tail lemma ``name``'s query about a group of ``kind`` (``other``: the
+    query that confirmed-hits is kept by another group's turn, of that kind) has
+    satisfiable premises on the pinned request with partial tails on (one block size,
+    0.33.0's rule: the block other than the hash block), replayed through model/; else
+    why not."""
+    p = premises_chunked.Pin(kind, True, tails=True)
+    kinds = (kind,) if other is None else (kind, other)
+    tc = tail_chunked.symbolic_tail_config(kinds)
+    env = turn_chunked.symbolic_env()
+    q = (lemma_query(name, kind, False, sem) if other is None
+         else confirmed_hits_kept_query(other, sem, False))
+    q = q + premises_chunked.pins(p, tc.base, env) + [tc.tph == premises_chunked.TAIL_HASH]
+    return premises_chunked.holds(q, p, sem, tc.base, env, tc.tph)
+
+
+def premises_query(sem: Semantics, stored: bool) -> list[z3.BoolRef]:
+    """Every tail lemma query (``stored``: loads-stored-only's too) has satisfiable
+    premises on the pinned request (``proofs.premises_chunked``)."""
+    checks: list[premises_chunked.Check] = []
+    for name in LEMMAS:
+        if name in STORED_ONLY and not stored:
+            continue
+        for kind in (tail_chunked.FA, tail_chunked.MAMBA):
+            if name == "confirmed-hits":
+                if kind == tail_chunked.FA:  # only full-attention groups confirm (:957)
+                    checks.append((f"tail lemma {name} ({kind})",
+                                   partial(lemma_premises, name, kind, sem)))
+                    for other in (tail_chunked.FA, tail_chunked.MAMBA):
+                        checks.append((f"tail lemma {name}: kept by another group's turn "
+                                       f"({other})",
+                                       partial(lemma_premises, name, kind, sem, other)))
+                continue
+            checks.append((f"tail lemma {name} ({kind})",
+                           partial(lemma_premises, name, kind, sem)))
+    return premises_chunked.query(PREMISES, checks, sem)
+
+
 def proof_queries(
     thm: str, sem: Semantics | None = None, assumed: Sequence[str] = ()
 ) -> list[Query]:
@@ -826,6 +870,9 @@ def proof_queries(
                         )
                 continue
             out.append((f"tail lemma {name} ({kind})", partial(lemma_query, name, kind)))
+    if sem is not None:  # the lemma queries above have premises (proofs.premises_chunked)
+        out.append((f"{PREMISES} ({'with' if stored else 'without'} {', '.join(STORED_ONLY)}; "
+                    f"{sem.name})", partial(premises_query, sem, stored)))
     for name, q in loops + scan_obligations():
         out.append((name, partial(list, q)))
     for kind in (tail_chunked.FA, tail_chunked.MAMBA):

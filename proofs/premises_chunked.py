@@ -1,0 +1,208 @@
+"""Premise satisfiability of the layered 0.33.0 proofs' lemma queries (issue 23, item 3),
+asked in every layered proof of ``python -m proofs``: the complete-chunk lemmas
+(``proofs.layers_chunked``), the maximality lemmas (``proofs.maximality_layers_chunked``)
+and the partial-tail lemmas (``proofs.tail_layers_chunked``).
+
+Each lemma query is asked without its negated claim (its premises: start-up, the request
+rules, the preconditions, the per-group environment, the turn from any state; for
+maximality a valid hit), pinned to one request: partial tails off, the group's block 32
+tokens (a Mamba group's 16) beside a Mamba align group of 16, a GPU hit of 64 tokens,
+prompt 200, for maximality a valid hit of 64; partial tails on (where 0.33.0 gives every
+group one block size B, scheduler.py:274-292): B = 32 on hash blocks of 16, a GPU hit of
+64, prompt 200. The premises must be satisfiable there, and the satisfying assignment is
+replayed through ``model/`` (``replay``): its request, the group beside the Mamba group
+the environment names (every chunk stored), must be accepted and answer a non-zero hit
+whose load restores a Mamba state; a maximality query's valid hit must be valid there
+(``model.maximality_chunked.is_valid_hit``). So a contradictory premise in one lemma
+query, or one that excludes different block sizes, a GPU hit or a Mamba load, turns the
+proof red.
+
+Where vLLM itself excludes the pin, the query is pinned to what it allows and says so:
+a Mamba group outside align mode (prefix caching off; a Mamba group's keeps is asked
+with align off too) has no GPU hit and every block size equal (kv_cache_utils.py:878,
+:892), and its replay restores no state; ``same-block-size`` makes every chunk the
+Mamba one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+from model.evaluate import evaluate
+from model.maximality_chunked import is_valid_hit
+from model.scenario import parse_scenario
+from model.semantics import Semantics
+from proofs import turn_chunked
+
+FA, SW, MAMBA = turn_chunked.FA, turn_chunked.SW, turn_chunked.MAMBA
+COMPUTED, PROMPT, GPU, MAMBA_GPU, WINDOW, VALID = 64, 200, 32, 16, 64, 64
+TAIL_BLOCK, TAIL_HASH = 32, 16
+TIMEOUT_MS = 20_000
+
+WORDS = ("every lemma query's premises hold on a request with a GPU hit, the group's block "
+         "other than the Mamba block (tails on: one block, finer hash blocks), replayed "
+         "through model/ with a Mamba load")
+
+
+@dataclass(frozen=True)
+class Pin:
+    """The request a query is pinned to: its group of ``kind``, with a Mamba align group
+    elsewhere in the layout (``mamba``), prefix caching on or off (``caching``)."""
+
+    kind: str
+    mamba: bool
+    caching: bool = True
+    valid: z3.ArithRef | None = None  # maximality: the query's valid hit
+    tails: bool = False  # partial tails on (tail_layers_chunked's configuration)
+    same: bool = False  # same-block-size assumed: the group's block is the Mamba block
+
+    @property
+    def gpu(self) -> int:
+        if self.tails:
+            return TAIL_BLOCK
+        return MAMBA_GPU if self.kind == MAMBA or not self.caching or self.same else GPU
+
+    @property
+    def mamba_gpu(self) -> int:
+        return TAIL_BLOCK if self.tails else MAMBA_GPU
+
+
+def pins(p: Pin, cfg: turn_chunked.Cfg, env: turn_chunked.Env) -> list[z3.BoolRef]:
+    """The pinned request over the symbols of ``cfg`` (group 0 of ``p.kind``) and ``env``:
+    a plain request (no cap, no EAGLE, nothing in flight, the prefix cache read)."""
+    out = [cfg.prompt == PROMPT, cfg.bpc == 1, cfg.gpu[0] == p.gpu,
+           cfg.computed == (COMPUTED if p.caching else 0),
+           cfg.prefix_caching == z3.BoolVal(p.caching), z3.Not(cfg.skip_reading),
+           z3.Not(cfg.in_flight), z3.Not(cfg.has_new_cap), z3.Not(cfg.has_load_cap),
+           z3.Not(cfg.eagle[0]), env.has_mamba == z3.BoolVal(p.mamba),
+           env.has_windowed == z3.BoolVal(p.mamba or p.kind != FA),
+           env.mamba_gpu == p.mamba_gpu]
+    out += [w == WINDOW for w in cfg.window if w is not None]
+    if p.valid is not None:
+        out.append(p.valid == VALID)
+    return out
+
+
+def _scenario(m: z3.ModelRef, cfg: turn_chunked.Cfg, env: turn_chunked.Env, p: Pin,
+              sem: Semantics, hash_block: z3.ArithRef | None) -> dict[str, Any]:
+    """The satisfying assignment's request as a scenario: group 0 and, where the
+    environment has one, a Mamba group of its block size; every chunk stored."""
+    def b(e: z3.BoolRef) -> bool:
+        return bool(z3.is_true(m.eval(e, model_completion=True)))
+
+    def i(e: z3.ArithRef) -> int:
+        return int(m.eval(e, model_completion=True).as_long())
+
+    caching = b(cfg.prefix_caching)
+    mode = "align" if caching else "none"
+    g0: dict[str, Any] = {"kind": p.kind, "gpu_block_size": i(cfg.gpu[0]), "stored": "all"}
+    if cfg.window[0] is not None:
+        g0["sliding_window"] = i(cfg.window[0])
+    if p.kind == MAMBA:
+        g0["mamba_cache_mode"] = mode
+    if b(cfg.eagle[0]):
+        g0["eagle"] = True
+    groups = [g0]
+    if b(env.has_mamba) and p.kind != MAMBA:
+        groups.append({"kind": MAMBA, "gpu_block_size": i(env.mamba_gpu), "stored": "all",
+                       "mamba_cache_mode": mode})
+    if p.tails and p.kind == MAMBA:  # partial tails: two groups at least (a single
+        # group's hash block is its block, kv_cache_utils.py:853)
+        groups.append({"kind": FA, "gpu_block_size": i(cfg.gpu[0]), "stored": "all"})
+    out: dict[str, Any] = {"semantics": sem.name, "block_size_factor": 1}
+    if hash_block is not None:
+        out["hash_block_size"] = i(hash_block)
+    if i(cfg.bpc) != 1:
+        out["blocks_per_chunk"] = i(cfg.bpc)
+    out |= {"prompt_tokens": i(cfg.prompt), "num_computed_tokens": i(cfg.computed),
+            "groups": groups}
+    if not caching:
+        out["enable_prefix_caching"] = False
+    for flag, name in ((cfg.skip_reading, "skip_reading_prefix_cache"),
+                       (cfg.in_flight, "in_flight_transfers")):
+        if b(flag):
+            out[name] = True
+    if b(cfg.has_new_cap):
+        out["max_num_new_tokens"] = i(cfg.new_cap)
+    if b(cfg.has_load_cap):
+        out["max_load_tokens"] = i(cfg.load_cap)
+    return out
+
+
+# the replays done in this process, by scenario text: (why not, or None)
+_REPLAYED: dict[str, str | None] = {}
+
+
+def replay(scen: dict[str, Any], valid: int | None, caching: bool) -> str | None:
+    """None when model/ accepts ``scen`` and answers a non-zero hit whose load restores
+    a Mamba state (with prefix caching on: align mode), and ``valid`` (maximality) is a
+    valid hit there; else why not."""
+    key = json.dumps([scen, valid], sort_keys=True)
+    if key not in _REPLAYED:
+        s = parse_scenario(scen)
+        o = evaluate(s)
+        why = None
+        if o.refused is not None:
+            why = f"model/ refuses it ({o.refused})"
+        elif not o.hit_tokens:
+            why = f"model/ answers hit {o.hit_tokens}"
+        elif caching and not any(ld.blocks and ld.state_position is not None
+                                 for ld in o.loads):
+            why = "its load restores no Mamba state in model/"
+        elif valid is not None and not (o.layout is not None and is_valid_hit(
+                s, o.layout, valid)):  # type: ignore[arg-type]
+            why = f"the valid hit {valid} is not valid in model/"
+        _REPLAYED[key] = why
+    return _REPLAYED[key]
+
+
+# the answers in this process, by the pinned query's terms (proofs.layers_chunked.query_key):
+# the lemma queries of the 0.33.0 semantics share most terms; the query is kept alive
+_HELD: dict[tuple[int, ...], tuple[str | None, list[z3.BoolRef]]] = {}
+
+
+def holds(q: list[z3.BoolRef], p: Pin, sem: Semantics, cfg: turn_chunked.Cfg,
+          env: turn_chunked.Env, hash_block: z3.ArithRef | None = None) -> str | None:
+    """None when the premises ``q`` (already pinned, ``pins``) are satisfiable and their
+    assignment replays through model/ (``replay``); else why not."""
+    from proofs.layers_chunked import query_key
+
+    key = query_key(q)
+    if key not in _HELD:
+        s = z3.Solver()
+        s.set("timeout", TIMEOUT_MS)
+        s.add(*q)
+        res = s.check()
+        if res != z3.sat:
+            why: str | None = ("its premises are not satisfiable there" if res == z3.unsat
+                               else "the solver returned unknown")
+        else:
+            m = s.model()
+            scen = _scenario(m, cfg, env, p, sem, hash_block)
+            valid = None if p.valid is None else int(
+                m.eval(p.valid, model_completion=True).as_long())
+            why = replay(scen, valid, p.caching)
+            if why is not None:
+                why = f"{why}: {json.dumps(scen, sort_keys=True)}"
+        _HELD[key] = (why, q)
+    return _HELD[key][0]
+
+
+Check = tuple[str, Callable[[], str | None]]
+
+
+def query(name: str, checks: Sequence[Check], sem: Semantics) -> list[z3.BoolRef]:
+    """``checks`` (a lemma query's words, the check) as a query of a layered proof, named
+    ``name``: unsatisfiable exactly when every check passes; the first failure printed."""
+    for what, check in checks:
+        why = check()
+        if why is not None:
+            print(f"{name}: FAILED: {what} on {sem.name}: {why}", file=sys.stderr, flush=True)
+            return [z3.BoolVal(True)]
+    return [z3.BoolVal(False)]
