@@ -58,7 +58,7 @@ from proofs import (
 )
 from proofs.abstract_chunked import obligations
 from proofs.encoding import NEXT_NONE, Enc, State, fresh_state
-from proofs.encoding_chunked import GPU_HIT_WORDS, UNMODELLED_WORDS
+from proofs.encoding_chunked import LAYERED_GPU_HIT_WORDS, UNMODELLED_WORDS
 from proofs.lemmas_chunked import assumed as loop_assumes
 from proofs.lemmas_chunked import fact
 from proofs.witness import Witness
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 SCOPE_WORDS = (
     "every layout 0.33.0 accepts (any number of groups of each kind, each "
     "with its own block size; any blocks_per_chunk, window, prompt and caps; EAGLE on "
-    f"any group), partial tails off (prefix_match_unit unset); {GPU_HIT_WORDS}; "
+    f"any group), partial tails off (prefix_match_unit unset); {LAYERED_GPU_HIT_WORDS}; "
     f"{UNMODELLED_WORDS}"
 )
 # the theorems the layered proof covers, and the preconditions it may take
@@ -412,6 +412,37 @@ def final_terms(
     return Final(x, y, facts + helpers, r, violation)
 
 
+# the engine's local-tail choice (0.32.0+, fine GPU hits): the encodings' GPU hit is the
+# connector's (the engine's, rounded down to the scheduler block); the engine then keeps
+# its own sub-block tail and loads nothing unless the connector's hit is longer
+LOCAL_TAIL = "the engine's local-tail choice (scheduler.py:1167, :1179) keeps the property"
+
+
+def local_tail_query(thm: str, kind: str, negated: bool = True) -> list[z3.BoolRef]:
+    """What the engine loads when it keeps its local tail (``turn_chunked.engine_choice``:
+    any local tail, any answer of the connector) violates no ``thm``, for a group of
+    ``kind`` of an unknown layout (start-up and request rules alone). Otherwise it loads
+    the connector's answer itself (``local_tail_rest_query``), whose violation is the
+    proved property's: every violation is a function of the configuration and the answer.
+    ``negated`` False: the premises alone (a kept tail), to see them hold."""
+    x = _setup((), (kind,))
+    tail = z3.Int("local_tail")
+    r = turn_chunked.Result(z3.Bool("connector_deferred"), z3.Int("connector_hit"))
+    chosen = turn_chunked.engine_choice(tail, r)
+    bad = turn_chunked.VIOLATIONS[thm](x.enc, x.cfg, x.d, chosen)
+    return _finish(x.enc, x.premises + [turn_chunked.keeps_tail(tail, r)]
+                   + ([bad] if negated else [x.cfg.computed > 0]))
+
+
+def local_tail_rest_query() -> list[z3.BoolRef]:
+    """Unless the engine keeps its local tail, what it takes is the connector's answer."""
+    tail = z3.Int("local_tail")
+    r = turn_chunked.Result(z3.Bool("connector_deferred"), z3.Int("connector_hit"))
+    c = turn_chunked.engine_choice(tail, r)
+    return [tail >= 0, z3.Not(turn_chunked.keeps_tail(tail, r)),
+            z3.Or(c.deferred != r.deferred, c.hit != r.hit)]
+
+
 def final_kinds(thm: str) -> tuple[str, ...]:
     """The kinds whose group ``final_query`` asks ``thm`` of: the Mamba groups'
     property, or the layout's (every group's loads, or the full-attention hit)."""
@@ -470,6 +501,12 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
                     partial(final_query, thm, assumed, kind, sem.steps),
                 )
             )
+    if thm in turn_chunked.VIOLATIONS:  # what the engine loads of the proved answer
+        out.append((f"{LOCAL_TAIL}: it loads the connector's answer or nothing",
+                    local_tail_rest_query))
+        for kind in turn_chunked.KINDS if whole else final_kinds(thm):
+            out.append((f"{LOCAL_TAIL}: a kept tail loads nothing ({kind})",
+                        partial(local_tail_query, thm, kind)))
     return out
 
 

@@ -166,6 +166,13 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "termination", _newest,
     ),
     Sabotage(
+        "the engine's local-tail choice loading the connector's answer over a kept tail",
+        "proofs/turn_chunked.py",
+        "    return Result(r.deferred, z3.If(keeps_tail(tail, r), z3.IntVal(0), r.hit))\n",
+        "    return Result(r.deferred, r.hit)\n",
+        "no-partial-state", _newest,
+    ),
+    Sabotage(
         "a guard dropped from down (assumed for windowed groups, proved for full attention)",
         "proofs/abstract_chunked.py",
         '        out += [use("down", a, b, lp.ok(g, a), lp.ok(g, b), when=full, group=g)\n',

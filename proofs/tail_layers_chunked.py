@@ -62,7 +62,7 @@ from proofs import abstract_chunked, premises_chunked, tail_chunked, turn_chunke
 from proofs import assume as _assume
 from proofs.assume import assume, shape
 from proofs.encoding import Enc, State, Store, fresh_state
-from proofs.encoding_chunked import GPU_HIT_WORDS, UNMODELLED_WORDS
+from proofs.encoding_chunked import LAYERED_GPU_HIT_WORDS, UNMODELLED_WORDS
 from proofs.witness import Witness
 
 COVERED = (
@@ -86,7 +86,7 @@ SCOPE_WORDS = (
     "groups of each kind, each with its own block size; any blocks_per_chunk, "
     "window, prompt and caps; EAGLE on any group; with partial tails "
     "on: any number of full-attention and Mamba groups, any block size and "
-    f"prefix_match_unit, any number of boundaries tried); {GPU_HIT_WORDS}; "
+    f"prefix_match_unit, any number of boundaries tried); {LAYERED_GPU_HIT_WORDS}; "
     f"{UNMODELLED_WORDS}"
 )
 
@@ -793,6 +793,9 @@ def same_load_query(kind: str) -> list[z3.BoolRef]:
     return _finish(enc, premises + env + [tail_chunked.active(a), z3.Not(same)])
 
 
+LOCAL_TAIL = "the engine's local-tail choice (scheduler.py:1167, :1179) keeps the property"
+
+
 # --- premise satisfiability of every lemma query (issue 23; proofs.premises_chunked) ------
 
 PREMISES = f"tail premises: {premises_chunked.WORDS}"
@@ -837,6 +840,26 @@ def premises_query(sem: Semantics, stored: bool) -> list[z3.BoolRef]:
     return premises_chunked.query(PREMISES, checks, sem)
 
 
+def local_tail_query(thm: str, kind: str) -> list[z3.BoolRef]:
+    """``proofs.layers_chunked.local_tail_query`` with partial tails on: a kept local
+    tail loads nothing (``tail_chunked.engine_choice``), partial tail included; otherwise
+    the engine takes the connector's answer (a partial-tail hit or not) itself."""
+    enc, tc, premises = _setup((kind,))
+    local = z3.Int("local_tail")
+    a = tail_chunked.Answer(z3.Bool("connector_deferred"), z3.Int("connector_hit"),
+                            z3.Bool("connector_tail"), z3.Int("connector_boundary"))
+    chosen = tail_chunked.engine_choice(local, a)
+    if thm == "loads-stored-only":
+        bad = tail_chunked.violates_loads_stored_only(enc, tc, chosen, z3.Int("chunk"))
+    else:
+        bad = tail_chunked.VIOLATIONS[thm](enc, tc, chosen)
+    kept = turn_chunked.keeps_tail(local, turn_chunked.Result(a.deferred, a.hit))
+    rest = z3.Or(chosen.deferred != a.deferred, chosen.hit != a.hit, chosen.tail != a.tail,
+                 chosen.boundary != a.boundary)
+    return _finish(enc, premises + [local >= 0, z3.Or(z3.And(kept, bad),
+                                                      z3.And(z3.Not(kept), rest))])
+
+
 def proof_queries(
     thm: str, sem: Semantics | None = None, assumed: Sequence[str] = ()
 ) -> list[Query]:
@@ -870,6 +893,10 @@ def proof_queries(
                         )
                 continue
             out.append((f"tail lemma {name} ({kind})", partial(lemma_query, name, kind)))
+    if thm in (*tail_chunked.VIOLATIONS, "loads-stored-only"):  # what the engine loads
+        for kind in (tail_chunked.FA, tail_chunked.MAMBA):
+            out.append((f"{LOCAL_TAIL} with partial tails on ({kind})",
+                        partial(local_tail_query, thm, kind)))
     if sem is not None:  # the lemma queries above have premises (proofs.premises_chunked)
         out.append((f"{PREMISES} ({'with' if stored else 'without'} {', '.join(STORED_ONLY)}; "
                     f"{sem.name})", partial(premises_query, sem, stored)))
