@@ -259,17 +259,17 @@ def lemma_turn(
 
 def lemma_premises(sem: Semantics, assumed: Sequence[str], name: str, kind: str) -> str | None:
     """None when lemma ``name``'s query about a group of ``kind`` has satisfiable premises
-    on the pinned request, with a Mamba group elsewhere in the layout (same-block-size
-    makes every chunk the Mamba one: one block size there), replayed through model/;
-    else why not."""
-    p = premises_chunked.Pin(kind, True, same="same-block-size" in assumed)
+    on the pinned request, with a Mamba group elsewhere in the layout (block sizes as the
+    preconditions allow: ``premises_chunked.block_for``), replayed through model/ under
+    the preconditions; else why not."""
+    p = premises_chunked.Pin(kind, True, block=premises_chunked.block_for(kind, assumed))
     cfg, env = turn_chunked.symbolic_config((kind,)), turn_chunked.symbolic_env()
 
     def pin(c: turn_chunked.Cfg, st: State, t: turn_chunked.Step) -> list[z3.BoolRef]:
         return premises_chunked.pins(p, c, env)
 
     q = lemma_turn(sem, assumed, name, kind, pin, negated=False)
-    return premises_chunked.holds(q, p, sem, cfg, env)
+    return premises_chunked.holds(q, p, sem, cfg, env, assumed=assumed)
 
 
 PREMISES = f"premises: {premises_chunked.WORDS}"

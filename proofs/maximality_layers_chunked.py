@@ -525,7 +525,8 @@ def lemma_premises(sem: Semantics, pre: Sequence[str], name: str, kind: str,
     with its valid hit, replayed through model/; else why not. Align off is prefix
     caching off (no GPU hit, one block size: kv_cache_utils.py:878, :892)."""
     caching = align is not False
-    p = premises_chunked.Pin(kind, True, caching, z3.Int("valid_hit"))
+    p = premises_chunked.Pin(kind, True, caching, z3.Int("valid_hit"),
+                             block=premises_chunked.block_for(kind, pre))
     cfg, env = turn_chunked.symbolic_config((kind,)), turn_chunked.symbolic_env()
 
     def pin(c: turn_chunked.Cfg, st: State, t: turn_chunked.Step) -> list[z3.BoolRef]:
@@ -534,7 +535,7 @@ def lemma_premises(sem: Semantics, pre: Sequence[str], name: str, kind: str,
     q = lemma_query(sem, pre, name, kind, pin, negated=False, align=align)
     if name != "keeps":  # the pin goes in at the turn; these queries have none
         q = q + premises_chunked.pins(p, cfg, env)
-    return premises_chunked.holds(q, p, sem, cfg, env)
+    return premises_chunked.holds(q, p, sem, cfg, env, assumed=pre)
 
 
 def premises_query(sem: Semantics, pre: Sequence[str]) -> list[z3.BoolRef]:

@@ -5,23 +5,24 @@ and the partial-tail lemmas (``proofs.tail_layers_chunked``).
 
 Each lemma query is asked without its negated claim (its premises: start-up, the request
 rules, the preconditions, the per-group environment, the turn from any state; for
-maximality a valid hit), pinned to one request: partial tails off, the group's block 32
-tokens (a Mamba group's 16) beside a Mamba align group of 16, a GPU hit of 64 tokens,
-prompt 200, for maximality a valid hit of 64; partial tails on (where 0.33.0 gives every
-group one block size B, scheduler.py:274-292): B = 32 on hash blocks of 16, a GPU hit of
-64, prompt 200. The premises must be satisfiable there, and the satisfying assignment is
-replayed through ``model/`` (``replay``): its request, the group beside the Mamba group
-the environment names (every chunk stored), must be accepted and answer a non-zero hit
+maximality a valid hit), pinned to one request: partial tails off, the group's block
+other than the block of a Mamba align group (16) elsewhere in the layout (``block_for``:
+32, or 8 for a full-attention group under full-chunk-within-windowed; a Mamba group's is
+16), a GPU hit of 64 tokens, prompt 200, for maximality a valid hit of 64; partial tails
+on (where 0.33.0 gives every group one block size B, scheduler.py:274-292): B = 32 on
+hash blocks of 16, a GPU hit of 64, prompt 200. The premises must be satisfiable there,
+and the satisfying assignment is replayed through ``model/`` (``replay``): its request,
+the group beside the Mamba group the environment names (every chunk stored), must meet
+the theorem's preconditions as a whole layout, be accepted and answer a non-zero hit
 whose load restores a Mamba state; a maximality query's valid hit must be valid there
 (``model.maximality_chunked.is_valid_hit``). So a contradictory premise in one lemma
 query, or one that excludes different block sizes, a GPU hit or a Mamba load, turns the
 proof red.
 
-Where vLLM itself excludes the pin, the query is pinned to what it allows and says so:
+Where vLLM or the preconditions exclude the pin, the query is pinned to what they allow:
 a Mamba group outside align mode (prefix caching off; a Mamba group's keeps is asked
 with align off too) has no GPU hit and every block size equal (kv_cache_utils.py:878,
-:892), and its replay restores no state; ``same-block-size`` makes every chunk the
-Mamba one.
+:892), and its replay restores no state; ``same-block-size`` gives one block size.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import z3
@@ -41,7 +42,7 @@ from model.semantics import Semantics
 from proofs import turn_chunked
 
 FA, SW, MAMBA = turn_chunked.FA, turn_chunked.SW, turn_chunked.MAMBA
-COMPUTED, PROMPT, GPU, MAMBA_GPU, WINDOW, VALID = 64, 200, 32, 16, 64, 64
+COMPUTED, PROMPT, GPU, MAMBA_GPU, SMALL_GPU, WINDOW, VALID = 64, 200, 32, 16, 8, 64, 64
 TAIL_BLOCK, TAIL_HASH = 32, 16
 TIMEOUT_MS = 20_000
 
@@ -60,17 +61,29 @@ class Pin:
     caching: bool = True
     valid: z3.ArithRef | None = None  # maximality: the query's valid hit
     tails: bool = False  # partial tails on (tail_layers_chunked's configuration)
-    same: bool = False  # same-block-size assumed: the group's block is the Mamba block
+    block: int = GPU  # the group's block where it may differ from the Mamba block
 
     @property
     def gpu(self) -> int:
         if self.tails:
             return TAIL_BLOCK
-        return MAMBA_GPU if self.kind == MAMBA or not self.caching or self.same else GPU
+        return MAMBA_GPU if self.kind == MAMBA or not self.caching else self.block
 
     @property
     def mamba_gpu(self) -> int:
         return TAIL_BLOCK if self.tails else MAMBA_GPU
+
+
+def block_for(kind: str, assumed: Sequence[str]) -> int:
+    """The group's block beside the Mamba block (16) that the theorem's preconditions
+    allow for the whole replayed layout: 32 (a multiple of the Mamba block:
+    align-divides-blocks), 8 for a full-attention group under full-chunk-within-windowed
+    (at most the Mamba block), 16 under same-block-size (one block size)."""
+    if "same-block-size" in assumed:
+        return MAMBA_GPU
+    if "full-chunk-within-windowed" in assumed and kind == FA:
+        return SMALL_GPU
+    return GPU
 
 
 def pins(p: Pin, cfg: turn_chunked.Cfg, env: turn_chunked.Env) -> list[z3.BoolRef]:
@@ -139,16 +152,50 @@ def _scenario(m: z3.ModelRef, cfg: turn_chunked.Cfg, env: turn_chunked.Env, p: P
 _REPLAYED: dict[str, str | None] = {}
 
 
-def replay(scen: dict[str, Any], valid: int | None, caching: bool) -> str | None:
+def meets(scen: dict[str, Any], assumed: Sequence[str]) -> bool:
+    """Whether the whole layout of ``scen`` meets start-up and the preconditions
+    ``assumed`` as the whole-layout encoding states them (``turn_chunked.derive`` without
+    an ``Env``; caps-reach-prompt as ``proofs.maximality_layers_chunked`` states it)."""
+    from proofs.encoding import Enc
+    from proofs.maximality_layers_chunked import precondition
+
+    gs = scen["groups"]
+    iv = z3.IntVal
+    cfg = turn_chunked.symbolic_config(tuple(g["kind"] for g in gs), "_replay")
+    cfg = replace(cfg, gpu=tuple(iv(g["gpu_block_size"]) for g in gs),
+                  bpc=iv(scen.get("blocks_per_chunk", 1)),
+                  window=tuple(iv(g["sliding_window"]) if "sliding_window" in g else None
+                               for g in gs))
+    enc = Enc()
+    d = turn_chunked.derive(enc, cfg)
+    caps = [(cfg.has_new_cap, cfg.new_cap, "max_num_new_tokens"),
+            (cfg.has_load_cap, cfg.load_cap, "max_load_tokens")]
+    cons = [turn_chunked.startup(enc, cfg), cfg.prompt == scen["prompt_tokens"],
+            cfg.computed == scen["num_computed_tokens"],
+            cfg.prefix_caching == z3.BoolVal(scen.get("enable_prefix_caching", True))]
+    cons += [e == z3.BoolVal(bool(g.get("eagle"))) for e, g in zip(cfg.eagle, gs, strict=True)]
+    cons += [z3.And(h, c == scen[k]) if k in scen else z3.Not(h) for h, c, k in caps]
+    cons += [precondition(name, enc, cfg, d) for name in assumed]
+    s = z3.Solver()
+    s.set("timeout", TIMEOUT_MS)
+    s.add(*cons, *enc.cons)
+    return bool(s.check() == z3.sat)
+
+
+def replay(scen: dict[str, Any], valid: int | None, caching: bool,
+           assumed: Sequence[str] = ()) -> str | None:
     """None when model/ accepts ``scen`` and answers a non-zero hit whose load restores
-    a Mamba state (with prefix caching on: align mode), and ``valid`` (maximality) is a
-    valid hit there; else why not."""
-    key = json.dumps([scen, valid], sort_keys=True)
+    a Mamba state (with prefix caching on: align mode), ``valid`` (maximality) is a
+    valid hit there, and the whole layout meets the preconditions ``assumed`` (``meets``);
+    else why not."""
+    key = json.dumps([scen, valid, sorted(assumed)], sort_keys=True)
     if key not in _REPLAYED:
         s = parse_scenario(scen)
         o = evaluate(s)
         why = None
-        if o.refused is not None:
+        if not meets(scen, assumed):
+            why = f"the replayed layout does not meet {', '.join(assumed) or 'start-up'}"
+        elif o.refused is not None:
             why = f"model/ refuses it ({o.refused})"
         elif not o.hit_tokens:
             why = f"model/ answers hit {o.hit_tokens}"
@@ -168,9 +215,11 @@ _HELD: dict[tuple[int, ...], tuple[str | None, list[z3.BoolRef]]] = {}
 
 
 def holds(q: list[z3.BoolRef], p: Pin, sem: Semantics, cfg: turn_chunked.Cfg,
-          env: turn_chunked.Env, hash_block: z3.ArithRef | None = None) -> str | None:
+          env: turn_chunked.Env, hash_block: z3.ArithRef | None = None,
+          assumed: Sequence[str] = ()) -> str | None:
     """None when the premises ``q`` (already pinned, ``pins``) are satisfiable and their
-    assignment replays through model/ (``replay``); else why not."""
+    assignment replays through model/ under the theorem's preconditions ``assumed``
+    (``replay``); else why not."""
     from proofs.layers_chunked import query_key
 
     key = query_key(q)
@@ -187,7 +236,7 @@ def holds(q: list[z3.BoolRef], p: Pin, sem: Semantics, cfg: turn_chunked.Cfg,
             scen = _scenario(m, cfg, env, p, sem, hash_block)
             valid = None if p.valid is None else int(
                 m.eval(p.valid, model_completion=True).as_long())
-            why = replay(scen, valid, p.caching)
+            why = replay(scen, valid, p.caching, assumed)
             if why is not None:
                 why = f"{why}: {json.dumps(scen, sort_keys=True)}"
         _HELD[key] = (why, q)

@@ -49,9 +49,10 @@ def test_the_pinned_request_has_different_block_sizes_a_hit_and_a_mamba_load(
     seen: list[dict[str, Any]] = []
     replay = premises_chunked.replay
 
-    def spy(scen: dict[str, Any], valid: int | None, caching: bool) -> str | None:
+    def spy(scen: dict[str, Any], valid: int | None, caching: bool,
+            assumed: Any = ()) -> str | None:
         seen.append(scen)
-        return replay(scen, valid, caching)
+        return replay(scen, valid, caching, assumed)
 
     monkeypatch.setattr(premises_chunked, "replay", spy)
     sem = get_semantics(V033)
@@ -122,3 +123,23 @@ def test_replay_names_what_model_refuses_or_misses(monkeypatch: pytest.MonkeyPat
     nothing = {**scen, "groups": [{**g, "stored": []} for g in scen["groups"]]}
     assert "hit" in (premises_chunked.replay(nothing, None, True) or "")
     assert "not valid" in (premises_chunked.replay(scen, 150, True) or "")
+
+
+def test_replay_meets_the_theorems_preconditions() -> None:
+    """The pinned block sizes follow the preconditions (full attention 8 beside Mamba 16
+    under full-chunk-within-windowed, 32 under align-divides-blocks), and a layout that
+    breaks one is named."""
+    sem = get_semantics(V033)
+    for pre in (("full-chunk-within-windowed",), ("align-divides-blocks",)):
+        assert layers_chunked.lemma_premises(sem, pre, "post", turn_chunked.FA) is None
+    scen: dict[str, Any] = {
+        "semantics": V033, "block_size_factor": 1, "prompt_tokens": 200,
+        "num_computed_tokens": 64,
+        "groups": [{"kind": "full_attention", "gpu_block_size": 32, "stored": "all"},
+                   {"kind": "mamba", "gpu_block_size": 16, "stored": "all",
+                    "mamba_cache_mode": "align"}],
+    }
+    assert premises_chunked.meets(scen, ("align-divides-blocks",))
+    assert not premises_chunked.meets(scen, ("full-chunk-within-windowed",))
+    assert "does not meet" in (premises_chunked.replay(
+        scen, None, True, ("full-chunk-within-windowed",)) or "")
