@@ -268,8 +268,10 @@ def lemma_premises(sem: Semantics, assumed: Sequence[str], name: str, kind: str)
     def pin(c: turn_chunked.Cfg, st: State, t: turn_chunked.Step) -> list[z3.BoolRef]:
         return premises_chunked.pins(p, c, env)
 
-    q = lemma_turn(sem, assumed, name, kind, pin, negated=False)
-    return premises_chunked.holds(q, p, sem, cfg, env, assumed=assumed)
+    key = ("turn", sem.reround_mamba, sem.reround_rerun, sem.steps, name, kind)
+    return premises_chunked.holds(
+        partial(lemma_turn, sem, assumed, name, kind, pin, negated=False), key, p, sem, cfg,
+        env, assumed=assumed)
 
 
 PREMISES = f"premises: {premises_chunked.WORDS}"

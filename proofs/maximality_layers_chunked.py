@@ -532,10 +532,14 @@ def lemma_premises(sem: Semantics, pre: Sequence[str], name: str, kind: str,
     def pin(c: turn_chunked.Cfg, st: State, t: turn_chunked.Step) -> list[z3.BoolRef]:
         return premises_chunked.pins(p, c, env)
 
-    q = lemma_query(sem, pre, name, kind, pin, negated=False, align=align)
-    if name != "keeps":  # the pin goes in at the turn; these queries have none
-        q = q + premises_chunked.pins(p, cfg, env)
-    return premises_chunked.holds(q, p, sem, cfg, env, assumed=pre)
+    def build() -> list[z3.BoolRef]:
+        q = lemma_query(sem, pre, name, kind, pin, negated=False, align=align)
+        if name != "keeps":  # the pin goes in at the turn; these queries have none
+            q = q + premises_chunked.pins(p, cfg, env)
+        return q
+
+    key = ("maximality", sem.reround_mamba, sem.reround_rerun, sem.steps, name, kind, align)
+    return premises_chunked.holds(build, key, p, sem, cfg, env, assumed=pre)
 
 
 def premises_query(sem: Semantics, pre: Sequence[str]) -> list[z3.BoolRef]:

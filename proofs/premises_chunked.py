@@ -209,38 +209,43 @@ def replay(scen: dict[str, Any], valid: int | None, caching: bool,
     return _REPLAYED[key]
 
 
-# the answers in this process, by the pinned query's terms (proofs.layers_chunked.query_key):
-# the lemma queries of the 0.33.0 semantics share most terms; the query is kept alive
-_HELD: dict[tuple[int, ...], tuple[str | None, list[z3.BoolRef]]] = {}
+# the solved premises in this process, by what the lemma query is built from (``key``: the
+# lemma, the kind, the semantics' steps the query reads, not its name) and the pin: the
+# 0.33.0 semantics share most lemma queries, and building one costs more than its answer.
+# Each holds (why not, or None; the scenario; the valid hit; the query, kept alive); the
+# replay is per semantics (``replay``'s own cache)
+Solved = tuple[str | None, dict[str, Any] | None, int | None, list[z3.BoolRef]]
+_HELD: dict[tuple[object, ...], Solved] = {}
 
 
-def holds(q: list[z3.BoolRef], p: Pin, sem: Semantics, cfg: turn_chunked.Cfg,
-          env: turn_chunked.Env, hash_block: z3.ArithRef | None = None,
-          assumed: Sequence[str] = ()) -> str | None:
-    """None when the premises ``q`` (already pinned, ``pins``) are satisfiable and their
-    assignment replays through model/ under the theorem's preconditions ``assumed``
-    (``replay``); else why not."""
-    from proofs.layers_chunked import query_key
-
-    key = query_key(q)
-    if key not in _HELD:
+def holds(build: Callable[[], list[z3.BoolRef]], key: tuple[object, ...], p: Pin,
+          sem: Semantics, cfg: turn_chunked.Cfg, env: turn_chunked.Env,
+          hash_block: z3.ArithRef | None = None, assumed: Sequence[str] = ()) -> str | None:
+    """None when the premises ``build()`` returns (already pinned, ``pins``) are
+    satisfiable and their assignment replays through model/ in ``sem`` under the
+    theorem's preconditions ``assumed`` (``replay``); else why not."""
+    k = (key, p.kind, p.mamba, p.caching, p.tails, p.block, p.valid is not None,
+         tuple(sorted(assumed)))
+    if k not in _HELD:
+        q = build()
         s = z3.Solver()
         s.set("timeout", TIMEOUT_MS)
         s.add(*q)
         res = s.check()
         if res != z3.sat:
-            why: str | None = ("its premises are not satisfiable there" if res == z3.unsat
-                               else "the solver returned unknown")
+            _HELD[k] = ("its premises are not satisfiable there" if res == z3.unsat
+                        else "the solver returned unknown", None, None, q)
         else:
             m = s.model()
-            scen = _scenario(m, cfg, env, p, sem, hash_block)
             valid = None if p.valid is None else int(
                 m.eval(p.valid, model_completion=True).as_long())
-            why = replay(scen, valid, p.caching, assumed)
-            if why is not None:
-                why = f"{why}: {json.dumps(scen, sort_keys=True)}"
-        _HELD[key] = (why, q)
-    return _HELD[key][0]
+            _HELD[k] = (None, _scenario(m, cfg, env, p, sem, hash_block), valid, q)
+    unsat, found, hit, _ = _HELD[k]
+    if unsat is not None or found is None:
+        return unsat
+    scen = {**found, "semantics": sem.name}
+    why = replay(scen, hit, p.caching, assumed)
+    return None if why is None else f"{why}: {json.dumps(scen, sort_keys=True)}"
 
 
 Check = tuple[str, Callable[[], str | None]]

@@ -813,10 +813,15 @@ def lemma_premises(name: str, kind: str, sem: Semantics, other: str | None = Non
     kinds = (kind,) if other is None else (kind, other)
     tc = tail_chunked.symbolic_tail_config(kinds)
     env = turn_chunked.symbolic_env()
-    q = (lemma_query(name, kind, False, sem) if other is None
-         else confirmed_hits_kept_query(other, sem, False))
-    q = q + premises_chunked.pins(p, tc.base, env) + [tc.tph == premises_chunked.TAIL_HASH]
-    return premises_chunked.holds(q, p, sem, tc.base, env, tc.tph)
+    def build() -> list[z3.BoolRef]:
+        q = (lemma_query(name, kind, False, sem) if other is None
+             else confirmed_hits_kept_query(other, sem, False))
+        return q + premises_chunked.pins(p, tc.base, env) + [tc.tph == premises_chunked.TAIL_HASH]
+
+    # the tail phase is the same in every 0.33.0 semantics; confirmed-hits reads the turn
+    reads = (sem.reround_mamba, sem.reround_rerun, sem.steps) if name == "confirmed-hits" else ()
+    key = ("tail", name, kind, other, reads)
+    return premises_chunked.holds(build, key, p, sem, tc.base, env, tc.tph)
 
 
 def premises_query(sem: Semantics, stored: bool) -> list[z3.BoolRef]:
