@@ -473,6 +473,13 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
     only = {(lemmas_chunked.WHERE, "down"): abstract_chunked.full_attention}
     out.append((assume.AUDIT,
                 partial(assume.audit_query, loop, {lemmas_chunked.WHERE: names}, only)))
+    if thm in turn_chunked.VIOLATIONS:  # what the engine loads of the proved answer
+        # (cheap, no precondition: asked before the costly queries)
+        out.append((f"{LOCAL_TAIL}: it loads the connector's answer or nothing",
+                    local_tail_rest_query))
+        for kind in turn_chunked.KINDS if whole else final_kinds(thm):
+            out.append((f"{LOCAL_TAIL}: a kept tail loads nothing ({kind})",
+                        partial(local_tail_query, thm, kind)))
     out += list(ARITHMETIC) if stored else []
     for name in names:
         if name == "initial-aligned":
@@ -503,12 +510,6 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
                     partial(final_query, thm, assumed, kind, sem.steps),
                 )
             )
-    if thm in turn_chunked.VIOLATIONS:  # what the engine loads of the proved answer
-        out.append((f"{LOCAL_TAIL}: it loads the connector's answer or nothing",
-                    local_tail_rest_query))
-        for kind in turn_chunked.KINDS if whole else final_kinds(thm):
-            out.append((f"{LOCAL_TAIL}: a kept tail loads nothing ({kind})",
-                        partial(local_tail_query, thm, kind)))
     return out
 
 
@@ -607,7 +608,8 @@ def ask_unsat(
         if name.startswith(LOCAL_TAIL):  # no precondition: never expected to fail
             import sys
 
-            print(f"{name}: FAILED", file=sys.stderr, flush=True)
+            print(f"{name}: FAILED: a kept tail loads what violates it", file=sys.stderr,
+                  flush=True)
         return "FAILED", name, time.monotonic() - t0
     if res == z3.unknown:
         return "UNKNOWN", f"{name}: solver returned unknown", time.monotonic() - t0
