@@ -110,7 +110,7 @@ def main() -> int:
             c1 = time.process_time()
             tail = ("-", "")
             if status == "PROVED" and tail_layers_chunked.covers(thm):
-                tail = tail_layers_chunked.prove(thm, TIMEOUT_MS, sem, pre)[:2]
+                tail = tail_layers_chunked.prove(thm, sem, pre, TIMEOUT_MS)[:2]
             c2 = time.process_time()
             ok = ok and status == "PROVED" and tail[0] in ("-", "PROVED")
             total += c2 - c0

@@ -50,10 +50,10 @@ def main() -> int:
     check._solve = shadowed
     for thm in THEOREMS:
         for sem in releases.names(family="block"):
-            check.check(thm, sem, 300_000)
+            check.check(thm, sem, timeout_ms=300_000)
             for p in THEOREMS[thm].preconditions if sem == NEWEST_BLOCK else ():
                 rest = [q for q in THEOREMS[thm].preconditions if q != p]
-                check.check(thm, sem, 300_000, assumed=rest, search_first=True)
+                check.check(thm, sem, rest, 300_000, search_first=True)
     print(f"{seen['queries']} bmc queries, {seen['differ']} answers differ; CPU s: "
           f"new {seen['new_s']:.2f}, old {seen['old_s']:.2f}")
     return 1 if seen["differ"] else 0

@@ -1072,7 +1072,7 @@ def layered_proves_false(
     if tails is not False:
         if not tail_layers_chunked.covers(thm_name):
             return None  # the counterexample may have partial tails on
-        if tail_layers_chunked.prove(thm_name, budget, sem, assumed)[0] != "PROVED":
+        if tail_layers_chunked.prove(thm_name, sem, assumed, budget)[0] != "PROVED":
             return None  # likewise
     where = "with partial tails off" if tails is False else "over every layout"
     return (f"the layered proof (proofs/layers_chunked.py) proves {thm_name} under "
@@ -1083,8 +1083,8 @@ def layered_proves_false(
 def check(
     thm_name: str,
     sem_name: str,
-    timeout_ms: int = 30_000,
     assumed: Sequence[str] | None = None,
+    timeout_ms: int = 30_000,
     search_first: bool = False,
 ) -> Verdict:
     """PROVED / COUNTEREXAMPLE / UNKNOWN for one theorem and semantics.

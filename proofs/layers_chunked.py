@@ -795,7 +795,7 @@ def _tail_witness(
     if not tail_layers_chunked.covers(thm):
         return w
     left = max(1000, int((deadline - time.monotonic()) * 1000))
-    tw = tail_layers_chunked.witness(sem, left, thm, assumed)
+    tw = tail_layers_chunked.witness(thm, sem, assumed, left)
     if not tw.found:
         return replace(tw, seconds=w.seconds + tw.seconds)
     valid = "" if tw.valid_hit is None else f" beside a valid hit of {tw.valid_hit}"
@@ -826,7 +826,7 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int) -> 
     left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
     # partial tails on: the layered tail proof (proofs/tail_layers_chunked.py), else bounded
     tail_status = (
-        tail_layers_chunked.prove(thm, left // 2, sem, assumed)[:2]
+        tail_layers_chunked.prove(thm, sem, assumed, left // 2)[:2]
         if (tail_layers_chunked.covers(thm))
         else ("UNKNOWN", "not covered")
     )

@@ -562,14 +562,14 @@ def premises_query(sem: Semantics, pre: Sequence[str]) -> list[z3.BoolRef]:
     return premises_chunked.query(PREMISES, checks, sem)
 
 
-def prove(sem: Semantics, pre: Sequence[str], timeout_ms: int) -> tuple[str, str, float]:
+def prove(sem: Semantics, assumed: Sequence[str], timeout_ms: int) -> tuple[str, str, float]:
     """('PROVED' | 'FAILED' | 'UNKNOWN', which query, seconds), as
     ``proofs.layers_chunked.prove``; a query whose text was proved before in this process
     is not asked again (the round-down fix's two forms give the same maximality lemmas:
     the completed form only adds the rerun, which the lemmas do not read)."""
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
-    for name, build in proof_queries(sem, pre):
+    for name, build in proof_queries(sem, assumed):
         failed = layers_chunked.ask_unsat(name, build(), t0, deadline)
         if failed is not None:
             return failed
@@ -613,7 +613,7 @@ def _witness_query(
     return s, cfg, r.hit, h
 
 
-def witness(sem: Semantics, pre: Sequence[str], timeout_ms: int = 60_000) -> Witness:
+def witness(sem: Semantics, assumed: Sequence[str], timeout_ms: int = 60_000) -> Witness:
     """A run the proof's premises admit with a non-zero valid hit and a lookup hit that
     restores a Mamba state, replayed through model/ (same hit, a Mamba load, the valid
     hit valid there too)."""
@@ -626,7 +626,7 @@ def witness(sem: Semantics, pre: Sequence[str], timeout_ms: int = 60_000) -> Wit
             left = int((deadline - time.monotonic()) * 1000)
             if left <= 0:
                 break
-            s, cfg, hit, h = _witness_query(sem, pre, kinds, gpu, bpc, passes)
+            s, cfg, hit, h = _witness_query(sem, assumed, kinds, gpu, bpc, passes)
             m = _solve_alone(s, left)
             if m is None:
                 continue
@@ -655,7 +655,7 @@ def witness(sem: Semantics, pre: Sequence[str], timeout_ms: int = 60_000) -> Wit
                     f"{ok_valid}; refused: {o.refused}): encoding bug",
                 )
             w = Witness(True, time.monotonic() - t0, scen, z_hit, valid)
-            return layers_chunked._tail_witness(THEOREM, sem, pre, w, deadline)
+            return layers_chunked._tail_witness(THEOREM, sem, assumed, w, deadline)
     return Witness(
         False,
         time.monotonic() - t0,

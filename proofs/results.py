@@ -82,7 +82,7 @@ NECESSITY_FOR = (next(n for n in releases.releases() if releases.get(n).align_at
 def run_one(theorem: str, semantics: str, timeout_s: float, necessity: bool) -> Row:
     thm = THEOREMS[theorem]
     pre = thm.pre(semantics)
-    v = check(theorem, semantics, int(timeout_s * 1000))
+    v = check(theorem, semantics, timeout_ms=int(timeout_s * 1000))
     expected = "holds" if thm.expected[semantics] else "fails"
     needs: list[Necessity] = []
     if necessity and expected == "holds" and v.status == "PROVED" and semantics in NECESSITY_FOR:
@@ -92,7 +92,7 @@ def run_one(theorem: str, semantics: str, timeout_s: float, necessity: bool) -> 
             t0 = time.monotonic()
             rest = [q for q in pre if q != p]
             # claimed necessary: the counterexample search goes first
-            w = check(theorem, semantics, int(timeout_s * 1000), assumed=rest,
+            w = check(theorem, semantics, rest, int(timeout_s * 1000),
                       search_first=True)
             needs.append(Necessity(p, w.status, w.counterexample, time.monotonic() - t0))
     wit = None
@@ -113,7 +113,7 @@ def run_one(theorem: str, semantics: str, timeout_s: float, necessity: bool) -> 
         # (with one precondition, dropping it is the same question)
         same = [n for n in needs if len(pre) == 1]
         accepted = (Verdict(same[0].status, same[0].seconds, same[0].counterexample)
-                    if same else check(theorem, semantics, int(timeout_s * 1000), assumed=(),
+                    if same else check(theorem, semantics, (), int(timeout_s * 1000),
                                        search_first=acc_expected == "fails"))
     return Row(theorem, semantics, v, expected, tuple(needs), wit, accepted, acc_expected)
 

@@ -1007,7 +1007,7 @@ def new_solver(name: str) -> z3.Solver:
 
 
 def prove(
-    thm: str, timeout_ms: int, sem: Semantics | None = None, assumed: Sequence[str] = ()
+    thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
 ) -> tuple[str, str, float]:
     """('PROVED' | 'FAILED' | 'UNKNOWN', which query, seconds) for the tail phase (the
     same in every 0.33.0 semantics, but for loads-stored-only's confirmed-hits lemma and
@@ -1018,7 +1018,6 @@ def prove(
     if thm == "loads-stored-only":  # the complete hit ends on the block (aligned summary)
         from proofs.layers_chunked import prove as prove_complete
 
-        assert sem is not None
         status, where, _ = prove_complete(
             "no-partial-state", sem, ("align-divides-blocks",), timeout_ms // 2
         )
@@ -1195,7 +1194,7 @@ _FOUND: dict[tuple[Semantics, tuple[str, ...], bool], Witness] = {}
 
 
 def witness(
-    sem: Semantics, timeout_ms: int = 60_000, thm: str = "", assumed: Sequence[str] = ()
+    thm: str, sem: Semantics, assumed: Sequence[str] = (), timeout_ms: int = 60_000
 ) -> Witness:
     """A run of the tail phase's premises (start-up with partial tails on, the request
     rules, the theorem's preconditions not every such layout keeps, and for maximality a

@@ -92,7 +92,7 @@ def by_theorem(m: Mutant, timeout_s: float) -> str:
             verdict = ("COUNTEREXAMPLE to a proof obligation" if status == "FAILED"
                        else status)
             return f"{verdict} {m.killer} ({time.monotonic() - t0:.0f}s; {where})"
-        v = check(m.killer, PR_RELEASE, int(timeout_s * 1000))
+        v = check(m.killer, PR_RELEASE, timeout_ms=int(timeout_s * 1000))
     return f"{v.status} {m.killer} ({v.seconds:.0f}s)"
 
 

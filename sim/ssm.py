@@ -19,9 +19,9 @@ from __future__ import annotations
 import functools
 import itertools
 from collections import OrderedDict
-from decimal import Context, Decimal
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from decimal import Context, Decimal
 
 import numpy as np
 from numpy.typing import NDArray

@@ -30,6 +30,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # OLC_SEED (or --hypothesis-seed) picks another, and every failure prints it
     if config.getoption("hypothesis_seed", None) is None:
         config.option.hypothesis_seed = os.environ.get("OLC_SEED", "0")
+    from tests.subset import VAR, parse_share
+
+    try:
+        parse_share(os.environ.get(VAR))
+    except ValueError as e:  # one line naming the variable, exit 2
+        pytest.exit(str(e), returncode=2)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

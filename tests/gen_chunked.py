@@ -33,13 +33,13 @@ def some(rng: random.Random, n: int, p: float) -> list[int]:
 
 
 def scenarios(draw: Draw, keep: Callable[[Scenario], bool], count: int,
-              seed: int) -> list[Scenario]:
+              seed: int, semantics: Sequence[str] = SEMANTICS) -> list[Scenario]:
     """``count`` drawn scenarios that ``keep`` takes and model/ does not refuse, the
-    semantics in turn."""
+    ``semantics`` in turn (default: every chunked semantics the encodings model)."""
     rng = random.Random(seed)
     out: list[Scenario] = []
     while len(out) < count:
-        s = parse_scenario(draw(rng, SEMANTICS[len(out) % len(SEMANTICS)]))
+        s = parse_scenario(draw(rng, semantics[len(out) % len(semantics)]))
         if keep(s) and evaluate(s).refused is None:
             out.append(s)
     return out

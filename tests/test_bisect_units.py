@@ -154,12 +154,14 @@ def test_bisect_maximality_and_errors(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "harness error: RuntimeError: env broken" in bisect.render(b)
 
 
-def test_rotation_covers_the_new_releases() -> None:
-    pool = bisect.new_releases()
-    assert pool == ("0.25.0", "0.26.0", "0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0",
-                    "0.32.0")
-    assert {bisect.rotating_release(d) for d in range(1, 367)} == set(pool)
-    assert bisect.parse_versions("rotate", day_of_year=3) == (pool[3],)
+def test_rotation_covers_the_releases_not_pinned() -> None:
+    pool = envs.rotation_pool()
+    assert set(pool) == set(envs.VERSIONS) - set(envs.pinned_versions()) and pool
+    assert {envs.release_of_the_day(d) for d in range(1, 367)} == set(pool)
+    # the bisect's release of the day is the cross-check's
+    for d in (3, 200):
+        assert bisect.parse_versions("rotate", day_of_year=d) == (pool[d % len(pool)],)
+        assert set(envs.ci_versions(d)) == set(envs.pinned_versions()) | {pool[d % len(pool)]}
     assert len(bisect.parse_versions("rotate")) == 1
     assert bisect.parse_versions(None) == envs.ALL_RELEASES
 

@@ -34,10 +34,11 @@ from conformance_gen import conformance_scenarios  # noqa: E402
 from sabotage import sabotaged_copy  # noqa: E402
 
 from releases import vllm_0_24_0  # noqa: E402
+from tests.subset import part  # noqa: E402
 
 V024 = vllm_0_24_0.SEMANTICS.name
 
-MANY = 2000
+MANY = part(2000)  # CONFORMANCE_SHARE: CI's seeded subset (tests/subset.py)
 
 
 def _obs(s: Scenario, g: int) -> int:
@@ -164,7 +165,7 @@ def test_encoding_conforms_to_model_many(shard: int) -> None:
     print(dict(seen))
     assert seen["examples"] >= MANY // SHARDS * 9 // 10, seen
     for what in ("nonzero hit", "EAGLE hit", "3+ passes", "prefix caching off", "formulas"):
-        assert seen[what] >= 10, f"{what}: only {seen[what]} of {seen['examples']}"
+        assert seen[what] >= part(10), f"{what}: only {seen[what]} of {seen['examples']}"
 
 
 # --- sabotages: each must now make conformance fail -----------------------------------

@@ -9,6 +9,7 @@ default suite.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from functools import partial
 from types import ModuleType
 from typing import Any
@@ -23,20 +24,23 @@ from proofs.conformance_chunked import encode_scenario, in_scope, tails_on
 from releases import fix_001_reround_rerun, fix_003_cap_min, vllm_0_33_0
 from tests import gen_chunked as gen
 from tests.sabotage import sabotaged_copy
+from tests.subset import part
 
 V033 = vllm_0_33_0.SEMANTICS.name
 RERUN001 = fix_001_reround_rerun.SEMANTICS.name
 CAP_MIN = fix_003_cap_min.SEMANTICS.name
 
 
-def scenarios(count: int, seed: int = 0) -> list[Scenario]:
+def scenarios(count: int, seed: int = 0, semantics: Sequence[str] = gen.SEMANTICS
+              ) -> list[Scenario]:
     return gen.scenarios(partial(gen.chunk_dict, dist=gen.CONFORMANCE), in_scope, count,
-                         seed)
+                         seed, semantics)
 
 
-def tail_scenarios(count: int, seed: int = 0) -> list[Scenario]:
+def tail_scenarios(count: int, seed: int = 0, semantics: Sequence[str] = gen.SEMANTICS
+                   ) -> list[Scenario]:
     return gen.scenarios(gen.tail_pair_dict, lambda s: tails_on(s) and in_scope(s), count,
-                         seed)
+                         seed, semantics)
 
 
 def conforms(s: Scenario, mod: ModuleType = encoding_chunked,
@@ -72,7 +76,7 @@ def conforms(s: Scenario, mod: ModuleType = encoding_chunked,
 
 
 EXAMPLES = 60  # the default suite: a few seconds
-MANY = 2000  # -m conformance (.ci/run)
+MANY = part(2000)  # -m conformance (.ci/run: CONFORMANCE_SHARE, tests/subset.py)
 
 # hand-checked scenarios the generator reaches rarely: the finding-001 shape, a load cap,
 # and a two-pass run where a non-EAGLE group's tightening makes the EAGLE group pop
@@ -156,7 +160,7 @@ def test_encoding_v033_conforms_to_model() -> None:
 
 
 TAIL_EXAMPLES = 24  # the default suite: about 2 s
-TAIL_MANY = 1000  # -m conformance (.ci/run)
+TAIL_MANY = part(1000)  # -m conformance (.ci/run)
 
 
 def _run_tails(count: int, least: int, seed: int = 0) -> Counter[str]:
@@ -174,8 +178,8 @@ def test_encoding_v033_conforms_with_partial_tails() -> None:
 @pytest.mark.conformance
 @pytest.mark.timeout(1200)
 def test_encoding_v033_conforms_with_partial_tails_many() -> None:
-    seen = _run_tails(TAIL_MANY, 20, seed=1)
-    assert seen["tail pending"] >= 10 and seen["caps"] >= 20, seen
+    seen = _run_tails(TAIL_MANY, part(20), seed=1)
+    assert seen["tail pending"] >= part(10) and seen["caps"] >= part(20), seen
     print(dict(seen))
 
 
@@ -194,8 +198,8 @@ def test_witnesses_reach_multi_pass_and_violation() -> None:
 @pytest.mark.conformance
 @pytest.mark.timeout(1200)
 def test_encoding_v033_conforms_to_model_many() -> None:
-    seen = _run(MANY, 20, seed=1, multipass=MANY // 20)
-    assert seen["2+ passes"] >= 10 and seen["violation"] >= 10, seen
+    seen = _run(MANY, part(20), seed=1, multipass=MANY // 20)
+    assert seen["2+ passes"] >= part(10) and seen["violation"] >= part(10), seen
     print(dict(seen))
 
 

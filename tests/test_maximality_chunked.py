@@ -26,6 +26,7 @@ from proofs import check_chunked, encoding_chunked
 from proofs.conformance_chunked import concrete, in_scope, valid_hits
 from releases import vllm_0_33_0
 from tests import gen_chunked as gen
+from tests.subset import part
 from tests.test_conformance_chunked import ENCODING_SABOTAGES, sabotaged
 
 V033 = vllm_0_33_0.SEMANTICS.name
@@ -205,8 +206,9 @@ def test_real_layout_maximality_files_give_a_chunk_away(path: Path) -> None:
 
 @pytest.mark.conformance
 def test_valid_hit_v033_conforms_to_model_many() -> None:
-    drawn = scenarios(2000, seed=12)
+    drawn = scenarios(part(2000), seed=12)  # CONFORMANCE_SHARE (tests/subset.py)
     seen = _agree([x for i, s in enumerate(drawn)
                    for x in ((s, _all_stored(s)) if i % 3 == 0 else (s,))])
-    assert seen["with a valid hit"] >= 400 and seen["valid hit above the lookup's"] >= 10, seen
+    assert (seen["with a valid hit"] >= part(400)
+            and seen["valid hit above the lookup's"] >= part(10)), seen
     print(dict(seen))

@@ -16,9 +16,10 @@ import z3
 from proofs import pinned_chunked, turn_chunked
 from tests import test_proof_layers_chunked as tails_off
 from tests import test_proof_tails_chunked as tails_on
+from tests.subset import part
 
 EXAMPLES = 8  # the default suite: a few seconds
-MANY = 200  # -m conformance
+MANY = part(100)  # -m conformance (.ci/run: CONFORMANCE_SHARE, tests/subset.py)
 
 
 def _tails_off(count: int, seed: int) -> None:

@@ -179,7 +179,7 @@ def test_sabotage_strengthened_valid_hit_turns_red(monkeypatch: pytest.MonkeyPat
     for mod in (theorems, layers, check_mod):
         monkeypatch.setattr(mod, "valid_hit", strong)
     assert not THEOREMS["maximality"].expected[ROUND_NUM_HIT]
-    v = check_mod.check("maximality", ROUND_NUM_HIT, 120_000)
+    v = check_mod.check("maximality", ROUND_NUM_HIT, timeout_ms=120_000)
     assert v.status == "PROVED"  # against the declared "fails": red
 
 

@@ -21,6 +21,7 @@ import json
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -51,6 +52,7 @@ from releases.arith import INT
 from tests import gen_chunked as gen
 from tests.gen_chunked import SEMANTICS
 from tests.sabotage import sabotaged_copy
+from tests.subset import part
 
 V033 = vllm_0_33_0.SEMANTICS.name
 FIX001 = fix_001_reround.SEMANTICS.name
@@ -504,8 +506,9 @@ def scenario_dict(rng: random.Random, semantics: str,
     return gen.chunk_dict(rng, semantics, gen.LAYERS, kinds)
 
 
-def scenarios(count: int, seed: int = 0) -> list[Scenario]:
-    return gen.scenarios(scenario_dict, in_scope, count, seed)
+def scenarios(count: int, seed: int = 0, semantics: Sequence[str] = SEMANTICS
+              ) -> list[Scenario]:
+    return gen.scenarios(scenario_dict, in_scope, count, seed, semantics)
 
 
 def conforms(s: Scenario, mod: ModuleType = turn_chunked, seen: Counter[str] | None = None
@@ -595,7 +598,7 @@ def sabotaged(name: str) -> ModuleType:
 
 
 EXAMPLES = 12  # the default suite: about a second
-MANY = 1000  # -m conformance (.ci/run)
+MANY = part(1000)  # -m conformance (.ci/run: CONFORMANCE_SHARE, tests/subset.py)
 
 
 def _run(count: int, least: int, seed: int = 0, multipass: int = 0) -> Counter[str]:
@@ -611,8 +614,8 @@ def test_turn_v033_conforms_to_model() -> None:
 @pytest.mark.conformance
 @pytest.mark.timeout(1200)
 def test_turn_v033_conforms_to_model_many() -> None:
-    seen = _run(MANY, 20, seed=1, multipass=MANY // 20)
-    assert seen["2+ passes"] >= 10, seen
+    seen = _run(MANY, part(20), seed=1, multipass=MANY // 20)
+    assert seen["2+ passes"] >= part(10), seen
     print(dict(seen))
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
@@ -36,6 +37,7 @@ from releases import fix_003_cap_min, vllm_0_33_0
 from tests import gen_chunked as gen
 from tests.gen_chunked import SEMANTICS
 from tests.sabotage import sabotaged_copy
+from tests.subset import part
 
 V033 = vllm_0_33_0.SEMANTICS.name
 CAP_MIN = fix_003_cap_min.SEMANTICS.name
@@ -162,8 +164,9 @@ def test_real_partial_tail_layouts_are_instances() -> None:
 # --- conformance of the tail encoding to model/ -------------------------------------------
 
 
-def scenarios(count: int, seed: int = 0) -> list[Scenario]:
-    return gen.scenarios(gen.tail_groups_dict, in_scope, count, seed)
+def scenarios(count: int, seed: int = 0, semantics: Sequence[str] = SEMANTICS
+              ) -> list[Scenario]:
+    return gen.scenarios(gen.tail_groups_dict, in_scope, count, seed, semantics)
 
 
 def conforms(s: Scenario, mod: ModuleType = tail_chunked, seen: Counter[str] | None = None) -> None:
@@ -228,7 +231,7 @@ def sabotaged(name: str) -> ModuleType:
 
 
 EXAMPLES = 3  # the default suite: about a second
-MANY = 300  # -m conformance (.ci/run)
+MANY = part(300)  # -m conformance (.ci/run: CONFORMANCE_SHARE, tests/subset.py)
 
 
 def _run(count: int, least: int, seed: int = 0) -> Counter[str]:
@@ -247,8 +250,8 @@ def test_tail_v033_conforms_to_model() -> None:
 @pytest.mark.conformance
 @pytest.mark.timeout(1200)
 def test_tail_v033_conforms_to_model_many() -> None:
-    seen = _run(MANY, 20, seed=1)
-    assert seen["deferred"] >= 5, seen
+    seen = _run(MANY, part(20), seed=1)
+    assert seen["deferred"] >= part(5), seen
     print(dict(seen))
 
 
@@ -278,7 +281,7 @@ def test_sabotaged_tail_v033_fails_conformance(name: str) -> None:
 def test_tail_witness(semantics: str) -> None:
     """A partial-tail hit that restores a Mamba state satisfies the tail proof's premises
     and replays through model/ (same hit and boundary)."""
-    w = tail_layers_chunked.witness(get_semantics(semantics))
+    w = tail_layers_chunked.witness("", get_semantics(semantics))
     assert w.found, w.note
     assert w.scenario is not None and w.hit > 0
     o = evaluate(parse_scenario(w.scenario))
@@ -314,12 +317,12 @@ def test_check_routes_tails_through_the_layered_proof(thm: str) -> None:
     partial tails on or off, and no bounded scope is left."""
     from proofs.check import check
 
-    v = check(thm, V033, 300_000)
+    v = check(thm, V033, timeout_ms=300_000)
     assert v.status == "PROVED", v.note
     assert v.scope is not None and "partial tails on or off" in v.scope
     assert v.tails_bounded is None
     o = evaluate(
-        parse_scenario(tail_layers_chunked.witness(get_semantics(V033)).scenario or {})
+        parse_scenario(tail_layers_chunked.witness("", get_semantics(V033)).scenario or {})
     )
     assert o.tail_boundary is not None and not o.violations
     assert "bounded" not in v.note and "tail_layers_chunked" in v.note
@@ -437,7 +440,7 @@ def test_tail_witness_with_preconditions(thm: str, semantics: str) -> None:
     """whole-blocks' and maximality's premises with partial tails on admit a partial-tail
     hit that restores a Mamba state (maximality: beside a valid hit, no EAGLE group)."""
     pre = ("no-eagle",) if semantics == CAP_MIN and thm == "maximality" else PRE[thm]
-    w = tail_layers_chunked.witness(get_semantics(semantics), 60_000, thm, pre)
+    w = tail_layers_chunked.witness(thm, get_semantics(semantics), pre, 60_000)
     assert w.found, w.note
     assert w.scenario is not None
     s = parse_scenario(w.scenario)

@@ -34,7 +34,7 @@ def test_seed_counterexample_block_16() -> None:
 @pytest.mark.parametrize("semantics", [V024])
 def test_main_theorem_proved(semantics: str) -> None:
     from proofs.check import check
-    assert check("no-partial-state", semantics, 60_000).status == "PROVED"
+    assert check("no-partial-state", semantics, timeout_ms=60_000).status == "PROVED"
 
 
 @pytest.mark.slow

@@ -11,7 +11,10 @@ with ``OLC_SEMANTICS`` (``releases/__init__.py``), and shows in subprocesses tha
 (c) the report (``python -m publish --semantics NAME --theorem leaves-last-token --report
     DIR``) has its row, and the spec's matrix (``publish.spec.matrix`` over that report)
     a column for it, with that verdict,
-(d) the cross-check lists it (``python -m sim.crosscheck --list-semantics``).
+(d) the cross-check lists it (``python -m sim.crosscheck --list-semantics``),
+(e) the family conformance entry runs it (``tests/test_family_conformance.py``, one
+    parametrised case per registered name): its encodings and its model agree, the step
+    being one function for both.
 
 The toy's name is spelled once, inside the toy's source (``TOY_NAME``).
 """
@@ -155,3 +158,11 @@ def test_proofs_spec_and_crosscheck_pick_up_a_registered_toy(
     assert listed.returncode == 0, listed.stderr
     line = next(x for x in listed.stdout.splitlines() if x.split("\t")[0] == TOY_NAME)
     assert "no real counterpart" in line, line
+
+
+def test_family_conformance_picks_up_a_registered_toy(toy_env: dict[str, str]) -> None:
+    """(e) The conformance entry has a case for the toy, and it passes."""
+    r = _run(toy_env, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             f"tests/test_family_conformance.py::test_family_conformance[{TOY_NAME}]")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "1 passed" in r.stdout, r.stdout[-3000:]

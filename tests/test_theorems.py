@@ -19,6 +19,6 @@ PAIRS = [(t, s) for t in THEOREMS for s in MODEL_SEMANTICS if THEOREMS[t].covers
 @pytest.mark.theorems
 @pytest.mark.parametrize(("theorem", "semantics"), PAIRS)
 def test_theorem(theorem: str, semantics: str) -> None:
-    v = check(theorem, semantics, 300_000)
+    v = check(theorem, semantics, timeout_ms=300_000)
     expected = "PROVED" if THEOREMS[theorem].expected[semantics] else "COUNTEREXAMPLE"
     assert v.status == expected, v.note

@@ -276,31 +276,14 @@ def load_files(files: Sequence[str | Path]) -> tuple[list[Path], list[Scenario]]
     return paths, scens
 
 
-def new_releases() -> tuple[str, ...]:
-    """The releases issue 24 added between the first modelled ones (0.23.0, 0.24.0) and
-    0.33.0, aliases left out: 0.25.0 - 0.32.0, the ones CI rotates through."""
-    return tuple(v for v in envs.built_releases()
-                 if envs.version_key("0.24.0") < envs.version_key(v)
-                 < envs.version_key("0.33.0"))
-
-
-def rotating_release(day_of_year: int) -> str:
-    """CI's release of the day: the new releases in turn, by the day of the year."""
-    pool = new_releases()
-    return pool[day_of_year % len(pool)]
-
-
 def parse_versions(text: str | None, day_of_year: int | None = None) -> tuple[str, ...]:
     """``--releases``: comma-separated releases, ``rotate`` (the release of the day) or
     nothing (every release)."""
     if not text:
         return envs.ALL_RELEASES
-    if text == "rotate":
-        import datetime
-
-        day = day_of_year if day_of_year is not None else (
-            datetime.datetime.now(datetime.UTC).timetuple().tm_yday)
-        return (rotating_release(day),)
+    if text == "rotate":  # the cross-check's release of the day (envs.release_of_the_day)
+        today = envs.release_of_the_day(day_of_year)
+        return (today or envs.VERSIONS[-1],)  # every release pinned: the newest
     out = tuple(v.strip() for v in text.split(",") if v.strip())
     bad = [v for v in out if v not in envs.ALL_RELEASES]
     if bad or not out:

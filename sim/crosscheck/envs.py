@@ -377,25 +377,37 @@ def pinned_versions() -> tuple[str, ...]:
     return tuple(v for v in VERSIONS if v in claimed)
 
 
+def rotation_pool() -> tuple[str, ...]:
+    """The releases that take turns in CI (the modelled ones not pinned), oldest first."""
+    pinned = pinned_versions()
+    return tuple(v for v in VERSIONS if v not in pinned)
+
+
+def release_of_the_day(day_of_year: int | None = None) -> str | None:
+    """CI's one release of the day from ``rotation_pool`` (by the day of the year, UTC,
+    unless given), or None when every release is pinned. The cross-check's marked suite
+    and the bisect's ``--releases rotate`` both take it, so one extra env serves both."""
+    pool = rotation_pool()
+    if not pool:
+        return None
+    if day_of_year is None:
+        import datetime
+
+        day_of_year = datetime.datetime.now(datetime.UTC).timetuple().tm_yday
+    return pool[day_of_year % len(pool)]
+
+
 def ci_versions(day_of_year: int | None = None) -> tuple[str, ...]:
     """``CROSSCHECK_VERSIONS`` (comma-separated, or ``all``), else the pinned releases and
-    the release of the day among the others (by the day of the year, UTC), oldest first:
-    each release is cross-checked in full by ``python -m sim.crosscheck --vllm all``."""
+    the release of the day (``release_of_the_day``), oldest first: each release is
+    cross-checked in full by ``python -m sim.crosscheck --vllm all``."""
     given = os.environ.get("CROSSCHECK_VERSIONS", "").strip()
     if given == "all":
         return VERSIONS
     if given:
         return tuple(canonical(v.strip()) for v in given.split(","))
-    pinned = pinned_versions()
-    rest = [v for v in VERSIONS if v not in pinned]
-    if not rest:
-        return pinned
-    if day_of_year is None:
-        import datetime
-
-        day_of_year = datetime.datetime.now(datetime.UTC).timetuple().tm_yday
-    today = rest[day_of_year % len(rest)]
-    return tuple(v for v in VERSIONS if v in pinned or v == today)
+    today = release_of_the_day(day_of_year)
+    return tuple(v for v in VERSIONS if v in pinned_versions() or v == today)
 
 
 def light_package(version: str) -> Path:

@@ -18,8 +18,10 @@ vLLM's own block hasher, OffloadingSpec.__init__ (its assertions run), the sched
 KVCacheManager.allocate_slots, the load's transfer spec (``GPULoadStoreSpec``) and the
 CPU worker's sub-block pointer arithmetic (``compute_sub_block_ptrs``, called on small
 CPU tensors whose addresses name the block and sub-block).  Stand-ins: the
-OffloadingManager (answers from the scenario, records keys), the worker-side
-get_handlers (never called), the worker's per-group loop around
+OffloadingManager (answers from the scenario, records keys) and the worker side (never
+called), shared with ``harness_chunked.py`` (``standins.py``; the request, the load's
+allocation, the timing and the protocol loop are ``harness_core.py``'s); the worker's
+per-group loop around
 ``compute_sub_block_ptrs`` (``worker_copies``, written after gpu_worker.py:315-360: it
 needs CUDA streams), and ``decode_context_parallel_size`` set on the built config (its
 validation needs a tensor-parallel group).
@@ -32,52 +34,32 @@ file serves 0.23.0, 0.24.0 and 0.25.x (0.25.0: the manager answers ``LookupResul
 
 from __future__ import annotations
 
-import gc
-import os
-import sys
-import time
 from typing import Any
 
-# The protocol uses the process's original stdout; everything vLLM prints goes to stderr.
-_PROTO = os.fdopen(os.dup(1), "w", buffering=1)
-os.dup2(2, 1)
-sys.stdout = sys.stderr
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-os.environ.setdefault("PYTHONHASHSEED", "0")
-
-import torch  # noqa: E402
-import vllm  # noqa: E402
-from harness_protocol import err, serve  # noqa: E402  (this folder)
-from vllm.config import (  # noqa: E402
+# harness_core first (this folder): it moves stdout away before vLLM is imported
+import harness_core as core
+import torch
+from harness_protocol import err
+from standins import ScenarioManager, ScenarioSpec, hit, kv_spec
+from vllm.config import (
     CacheConfig,
     DeviceConfig,
     KVTransferConfig,
     VllmConfig,
 )
-from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (
     scheduler as sched_mod,
 )
-from vllm.sampling_params import SamplingParams  # noqa: E402
-from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
-from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager  # noqa: E402
-from vllm.v1.core.kv_cache_utils import (  # noqa: E402
-    get_request_block_hasher,
-    init_none_hash,
-    resolve_kv_cache_block_sizes,
-)
-from vllm.v1.kv_cache_interface import (  # noqa: E402
-    FullAttentionSpec,
+from vllm.v1.core.kv_cache_manager import KVCacheManager
+from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
+from vllm.v1.kv_cache_interface import (
     KVCacheConfig,
     KVCacheGroupSpec,
-    MambaSpec,
-    SlidingWindowSpec,
 )
-from vllm.v1.kv_offload import base as offload_base  # noqa: E402
-from vllm.v1.kv_offload.cpu.gpu_worker import compute_sub_block_ptrs  # noqa: E402
-from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.kv_offload import base as offload_base
+from vllm.v1.kv_offload.cpu.gpu_worker import compute_sub_block_ptrs
 
-VERSION = vllm.__version__
-FAKE_JOB_ID = 1 << 40  # stands for a transfer job still in flight (in_flight_transfers)
+VERSION = core.VERSION
 
 
 class Adapter:
@@ -112,74 +94,6 @@ def _answer(store: dict[str, Any], i: int) -> Any:
     return LR.HIT if stored else LR.MISS
 
 
-def _miss() -> Any:
-    return False if Adapter.lookup_result is None else Adapter.lookup_result.MISS
-
-
-class CpuSpec(offload_base.LoadStoreSpec):
-    @staticmethod
-    def medium() -> str:
-        return "CPU"
-
-
-class ScenarioManager(offload_base.OffloadingManager):
-    """Stand-in manager: answers ``lookup`` from the scenario's store and records keys."""
-
-    def __init__(self) -> None:
-        self.answers: dict[bytes, Any] = {}
-        self.names: dict[bytes, tuple[int, int]] = {}
-        self.looked_up: list[bytes] = []
-        self.loaded: list[bytes] | None = None
-
-    def lookup(self, key, req_context):  # type: ignore[no-untyped-def]
-        self.looked_up.append(key)
-        return self.answers.get(key, _miss())
-
-    def prepare_load(self, keys, req_context):  # type: ignore[no-untyped-def]
-        self.loaded = list(keys)
-        return CpuSpec()
-
-    def prepare_store(self, keys, req_context):  # type: ignore[no-untyped-def]
-        return None
-
-    def on_new_request(self, req_context):  # type: ignore[no-untyped-def]
-        return offload_base.RequestOffloadingContext()
-
-
-class ScenarioSpec(offload_base.OffloadingSpec):
-    """A real OffloadingSpec subclass: the base __init__ (and its assertions) runs."""
-
-    manager: ScenarioManager
-
-    def get_manager(self):  # type: ignore[no-untyped-def]
-        return self.manager
-
-    def get_handlers(self, kv_caches):  # type: ignore[no-untyped-def]
-        raise NotImplementedError("worker side is not exercised by the cross-check")
-
-    # 0.25.0 renamed get_handlers (an abstract method of OffloadingSpec)
-    def get_worker(self, kv_caches):  # type: ignore[no-untyped-def]
-        raise NotImplementedError("worker side is not exercised by the cross-check")
-
-
-def _kv_spec(g: dict[str, Any], index: int) -> Any:
-    # Distinct shapes per group: KVCacheManager's HybridKVCacheCoordinator merges groups
-    # with equal specs and asserts that two or more distinct ones remain
-    # (v1/core/kv_cache_coordinator.py:578 in 0.24.0); a real model's groups differ anyway.
-    common = dict(block_size=g["block_size"], num_kv_heads=index + 1, head_size=8,
-                  dtype=torch.float16)
-    if g["kind"] == "full_attention":
-        return FullAttentionSpec(**common)
-    if g["kind"] == "sliding_window":
-        return SlidingWindowSpec(**common, sliding_window=g["sliding_window"])
-    return MambaSpec(
-        block_size=g["block_size"],
-        shapes=((4, 8 * (index + 1)),),
-        dtypes=(torch.float16,),
-        mamba_cache_mode=g["mamba_cache_mode"],
-    )
-
-
 def build_configs(case: dict[str, Any]) -> tuple[Any, Any]:
     groups = case["groups"]
     sizes = [g["block_size"] for g in groups]
@@ -209,7 +123,7 @@ def build_configs(case: dict[str, Any]) -> tuple[Any, Any]:
         "context_parallel_size", 1)
     group_specs = []
     for i, g in enumerate(groups):
-        kw: dict[str, Any] = dict(layer_names=[f"layer.{i}"], kv_cache_spec=_kv_spec(g, i))
+        kw: dict[str, Any] = dict(layer_names=[f"layer.{i}"], kv_cache_spec=kv_spec(g, i))
         if Adapter.has_eagle_field:
             kw["is_eagle_group"] = bool(g.get("eagle", False))
         group_specs.append(KVCacheGroupSpec(**kw))
@@ -221,32 +135,10 @@ def build_configs(case: dict[str, Any]) -> tuple[Any, Any]:
     return vllm_config, kv_cache_config
 
 
-_HASH_READY: set[str] = set()
-
-
 def make_request(case: dict[str, Any], vllm_config: Any, kv_cache_config: Any,
                  req_id: str = "req-0") -> Any:
-    _, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
-    algo = vllm_config.cache_config.prefix_caching_hash_algo
-    hash_fn = get_hash_fn_by_name(algo)
-    if algo not in _HASH_READY:  # as EngineCore.__init__ does (v1/engine/core.py:215)
-        init_none_hash(hash_fn)
-        _HASH_READY.add(algo)
-    hasher = get_request_block_hasher(hash_block_size, hash_fn)
-    params = SamplingParams(
-        max_tokens=1, skip_reading_prefix_cache=case["skip_reading_prefix_cache"]
-    )
-    request = Request(
-        request_id=req_id,
-        prompt_token_ids=[(7 * t + 3) % 30000 for t in range(case["prompt_tokens"])],
-        sampling_params=params,
-        pooling_params=None,
-        block_hasher=hasher,
-    )
-    output = case.get("output_tokens", 0)
-    if output:  # a resumed request: its output tokens count in num_tokens and the hashes
-        request.append_output_token_ids([(11 * t + 5) % 30000 for t in range(output)])
-    return request
+    return core.make_request(case, vllm_config, kv_cache_config, req_id,
+                             output_tokens=case.get("output_tokens", 0))
 
 
 def setup(case: dict[str, Any]) -> tuple[Any, Any, Any, ScenarioManager, Any]:
@@ -289,22 +181,10 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
             if (g, i) in inv:
                 scheduler._blocks_being_loaded.add(inv[(g, i)])
     if case["in_flight_transfers"]:
-        scheduler._req_status[request.request_id].transfer_jobs.add(FAKE_JOB_ID)
+        scheduler._req_status[request.request_id].transfer_jobs.add(core.FAKE_JOB_ID)
     num_computed = case["num_computed_tokens"]
-    # the lookup's CPU time (this thread's): time spent waiting for a core on a
-    # loaded machine is not the lookup's; the model is timed alike (compare.py)
-    gc.disable()  # as timeit: no collection of other objects inside the timed call
-    t0 = time.thread_time()
-    try:
-        hit, load_async = scheduler.get_num_new_matched_tokens(request, num_computed)
-    except AssertionError as e:
-        out["lookup_error"] = err(e)
-        hit, load_async = None, False
-    finally:
-        gc.enable()
-    out["t_lookup"] = time.thread_time() - t0
-    out["hit"] = hit
-    out["async"] = bool(load_async)
+    hit_tokens = core.timed_lookup(
+        lambda: scheduler.get_num_new_matched_tokens(request, num_computed), out)
     out["lookups"] = [list(names.get(k, (-1, -1))) for k in manager.looked_up]
     # cross-check our keys against the scheduler's own (RequestOffloadState.offload_keys)
     state = scheduler._req_status[request.request_id]
@@ -316,13 +196,14 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
             for g in range(len(own))]
     out["keys_ok"] = own == mine
     out["loads"] = None
-    if hit:
-        out.update(load_plan(case, kv_cache_config, spec, manager, scheduler, request, hit))
+    if hit_tokens:
+        out.update(load_plan(case, kv_cache_config, spec, manager, scheduler, request,
+                             hit_tokens))
     return out
 
 
 def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: ScenarioManager,
-              scheduler: Any, request: Any, hit: int) -> dict[str, Any]:
+              scheduler: Any, request: Any, hit_tokens: int) -> dict[str, Any]:
     """Allocate as Scheduler.schedule does for an async load (v1/core/sched/scheduler.py
     around 874 in 0.24.0) and read the keys update_state_after_alloc passes to
     prepare_load."""
@@ -341,32 +222,13 @@ def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: Sc
             enable_caching=True,
             dcp_world_size=cp,
         )
-        # The GPU prefix hit: blocks cached by an earlier request with the same prompt
-        # (BlockPool.cache_full_blocks, then freed), as get_computed_blocks would find.
-        pool = kvm.block_pool
-        computed: list[list[Any]] = []
-        for g, group in enumerate(kv_cache_config.kv_cache_groups):
-            bs = group.kv_cache_spec.block_size * cp
-            n = num_computed // bs
-            blocks = pool.get_new_blocks(n) if n else []
-            if n:
-                pool.cache_full_blocks(request, blocks, 0, n, bs, g)
-            computed.append(blocks)
-        for blocks in computed:
-            pool.free_blocks(list(reversed(blocks)))
-        new_computed = KVCacheBlocks(tuple(computed)) if num_computed else None
-        blocks = kvm.allocate_slots(
-            request,
-            0,
-            num_new_computed_tokens=num_computed,
-            new_computed_blocks=new_computed,
-            num_external_computed_tokens=hit,
-            delay_cache_blocks=True,
-        )
+        blocks = core.allocate_load(kvm, kv_cache_config, request, num_computed, hit_tokens,
+                                    cp)
         if blocks is None:
             return {"load_error": "allocate_slots returned None (pool too small)"}
         before = set(scheduler._current_batch_load_jobs)
-        scheduler.update_state_after_alloc(request, kvm.get_blocks(request.request_id), hit)
+        scheduler.update_state_after_alloc(request, kvm.get_blocks(request.request_id),
+                                           hit_tokens)
     except AssertionError as e:
         return {"load_error": err(e)}
     new_jobs = [j for j in scheduler._current_batch_load_jobs if j not in before]
@@ -381,14 +243,7 @@ def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: Sc
             copies = worker_copies(dst_spec, manager, spec.block_size_factor, table)
         except AssertionError as e:
             return {"load_error": "worker: " + err(e)}
-    loads: list[list[Any]] = [[g, []] for g in range(len(case["groups"]))]
-    unknown = 0
-    for key in manager.loaded or []:
-        name = manager.names.get(key)
-        if name is None:
-            unknown += 1
-        else:
-            loads[name[0]][1].append(name[1])
+    loads, unknown = core.loads_by_group(manager, len(case["groups"]))
     return {"loads": loads, "unknown_load_keys": unknown, "copies": copies}
 
 
@@ -445,27 +300,20 @@ def bench(case: dict[str, Any], n: int) -> dict[str, Any]:
     """A new request per call; building the Request is excluded from the time."""
     vllm_config, kv_cache_config, spec, manager, scheduler = setup(case)
     requests = [make_request(case, vllm_config, kv_cache_config, f"b{i}") for i in range(n)]
-    names = offload_keys(spec, requests[0])
-    for key in names:
-        manager.answers[key] = True if Adapter.lookup_result is None else Adapter.lookup_result.HIT
+    for key in offload_keys(spec, requests[0]):
+        manager.answers[key] = hit()
     num_computed = case["num_computed_tokens"]
-    hit = None
-    per_call = []
-    clock = time.perf_counter
-    for r in requests:
-        t0 = clock()
+
+    def call(r: Any) -> Any:
         if Adapter.has_on_new_request:
             scheduler.on_new_request(r)
-        hit, _ = scheduler.get_num_new_matched_tokens(r, num_computed)
-        per_call.append(clock() - t0)
-    per_call.sort()
-    # the median call: robust to other load on the machine
-    return {"seconds": sum(per_call), "calls": n, "hit": hit,
-            "median": per_call[len(per_call) // 2]}
+        return scheduler.get_num_new_matched_tokens(r, num_computed)[0]
+
+    return core.bench_calls(requests, call)
 
 
 def main() -> None:
-    serve(_PROTO, {"version": VERSION, "scheduler_file": sched_mod.__file__}, run_case, bench)
+    core.main({"version": VERSION, "scheduler_file": sched_mod.__file__}, run_case, bench)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ engine's ``hash_block_size`` and ``cache_hit_alignment_tokens`` resolution (as
 v1/engine/core.py:347-370 does), ``build_offloading_config`` and its checks, a real
 ``OffloadingSpec`` subclass, Request with block hashes from vLLM's own block hasher, the
 scheduler, KVCacheManager.allocate_slots for the load. Stand-ins: the OffloadingManager
-(answers from the case, records keys), the worker side (never called), and
+(answers from the case, records keys) and the worker side (never called), shared with
+``harness.py`` (``standins.py``; the request, the load's allocation, the timing and the
+protocol loop are ``harness_core.py``'s), and
 ``model_config``: a namespace with the four fields build_offloading_config reads (name,
 dtype, max_model_len, use_mla=False), since a real ModelConfig needs a model on disk.
 
@@ -35,27 +37,21 @@ group (``make_offload_key``), for every hash position of the prompt.
 
 from __future__ import annotations
 
-import gc
+import inspect
 import math
 import os
 import sys
-import time
 from types import SimpleNamespace
 from typing import Any
 
-_PROTO = os.fdopen(os.dup(1), "w", buffering=1)
-os.dup2(2, 1)
-sys.stdout = sys.stderr
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-os.environ.setdefault("PYTHONHASHSEED", "0")
 # use_v2_model_runner reads model_config fields the stand-in lacks (0.28.0 - 0.32.0)
 os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
 
-import inspect  # noqa: E402
-
+# harness_core first (this folder): it moves stdout away before vLLM is imported
+import harness_core as core  # noqa: E402
 import torch  # noqa: E402
-import vllm  # noqa: E402
-from harness_protocol import err, serve  # noqa: E402  (this folder)
+from harness_protocol import err  # noqa: E402
+from standins import ScenarioManager, ScenarioSpec, kv_spec  # noqa: E402
 from vllm.config import (  # noqa: E402
     CacheConfig,
     DeviceConfig,
@@ -69,24 +65,11 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (  # 
     build_offloading_config,
 )
 from vllm.model_executor.models.config import MambaModelConfig  # noqa: E402
-from vllm.sampling_params import SamplingParams  # noqa: E402
-from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
 from vllm.v1.core import kv_cache_utils as _kcu  # noqa: E402
-from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager  # noqa: E402
-from vllm.v1.core.kv_cache_utils import (  # noqa: E402
-    get_request_block_hasher,
-    init_none_hash,
-    resolve_kv_cache_block_sizes,
-)
-from vllm.v1.kv_cache_interface import (  # noqa: E402
-    FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-    MambaSpec,
-    SlidingWindowSpec,
-)
+from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
+from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes  # noqa: E402
+from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec  # noqa: E402
 from vllm.v1.kv_offload import base as offload_base  # noqa: E402
-from vllm.v1.request import Request  # noqa: E402
 
 # CROSSCHECK_FIX=001: run finding 001's proposed fix (docs/findings/001-fix.diff) instead of
 # the release's method; the model's counterpart is semantics alt-v033-reround-mamba
@@ -98,69 +81,13 @@ if FIX is not None:
 
     apply_fix(FIX)  # exits naming an unknown fix
 
-VERSION = vllm.__version__
+VERSION = core.VERSION
 # 0.32.0+: the engine resolves cache_hit_alignment_tokens
 HAS_ALIGN = hasattr(_kcu, "resolve_cache_hit_alignment_tokens")
 # 0.30.0+: the max_num_new_tokens cap is an argument of the lookup
 HAS_CAP = "max_num_new_tokens" in inspect.signature(
     sched_mod.OffloadingConnectorScheduler.get_num_new_matched_tokens).parameters
 LR = offload_base.LookupResult
-FAKE_JOB_ID = 1 << 40
-
-
-class CpuSpec(offload_base.LoadStoreSpec):
-    @staticmethod
-    def medium() -> str:
-        return "CPU"
-
-
-class ScenarioManager(offload_base.OffloadingManager):
-    """Stand-in manager: answers ``lookup`` from the case and records keys."""
-
-    def __init__(self) -> None:
-        self.answers: dict[bytes, Any] = {}
-        self.names: dict[bytes, tuple[int, int]] = {}
-        self.looked_up: list[bytes] = []
-        self.loaded: list[bytes] | None = None
-
-    def lookup(self, key, req_context):  # type: ignore[no-untyped-def]
-        self.looked_up.append(key)
-        return self.answers.get(key, LR.MISS)
-
-    def prepare_load(self, keys, req_context):  # type: ignore[no-untyped-def]
-        self.loaded = list(keys)
-        return CpuSpec()
-
-    def prepare_store(self, keys, req_context):  # type: ignore[no-untyped-def]
-        return None
-
-    def on_new_request(self, req_context):  # type: ignore[no-untyped-def]
-        return offload_base.RequestOffloadingContext()
-
-
-class ScenarioSpec(offload_base.OffloadingSpec):
-    manager: ScenarioManager
-
-    def get_manager(self):  # type: ignore[no-untyped-def]
-        return self.manager
-
-    def get_worker(self, kv_caches):  # type: ignore[no-untyped-def]
-        raise NotImplementedError("worker side is not exercised by the cross-check")
-
-
-def _kv_spec(g: dict[str, Any], index: int) -> Any:
-    common = dict(block_size=g["block_size"], num_kv_heads=index + 1, head_size=8,
-                  dtype=torch.float16)
-    if g["kind"] == "full_attention":
-        return FullAttentionSpec(**common)
-    if g["kind"] == "sliding_window":
-        return SlidingWindowSpec(**common, sliding_window=g["sliding_window"])
-    return MambaSpec(
-        block_size=g["block_size"],
-        shapes=((4, 8 * (index + 1)),),
-        dtypes=(torch.float16,),
-        mamba_cache_mode=g["mamba_cache_mode"],
-    )
 
 
 def build_configs(case: dict[str, Any]) -> tuple[Any, Any]:
@@ -196,7 +123,7 @@ def build_configs(case: dict[str, Any]) -> tuple[Any, Any]:
     # v1/engine/core.py:347: the smallest (prefix-cacheable) group block size
     vllm_config.cache_config.block_size = min(sizes)
     group_specs = [
-        KVCacheGroupSpec(layer_names=[f"layer.{i}"], kv_cache_spec=_kv_spec(g, i),
+        KVCacheGroupSpec(layer_names=[f"layer.{i}"], kv_cache_spec=kv_spec(g, i),
                          is_eagle_group=bool(g.get("eagle", False)))
         for i, g in enumerate(groups)
     ]
@@ -212,31 +139,13 @@ def build_configs(case: dict[str, Any]) -> tuple[Any, Any]:
     return vllm_config, kv_cache_config
 
 
-_HASH_READY: set[str] = set()
-
-
 def make_request(case: dict[str, Any], vllm_config: Any, kv_cache_config: Any,
                  req_id: str = "req-0") -> Any:
-    _, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
-    algo = vllm_config.cache_config.prefix_caching_hash_algo
-    hash_fn = get_hash_fn_by_name(algo)
-    if algo not in _HASH_READY:
-        init_none_hash(hash_fn)
-        _HASH_READY.add(algo)
-    hasher = get_request_block_hasher(hash_block_size, hash_fn)
     extra_args = None
     if case.get("max_load_tokens") is not None:
         extra_args = {"kv_transfer_params": {"max_load_tokens": case["max_load_tokens"]}}
-    params = SamplingParams(
-        max_tokens=1, skip_reading_prefix_cache=case["skip_reading_prefix_cache"],
-        extra_args=extra_args)
-    return Request(
-        request_id=req_id,
-        prompt_token_ids=[(7 * t + 3) % 30000 for t in range(case["prompt_tokens"])],
-        sampling_params=params,
-        pooling_params=None,
-        block_hasher=hasher,
-    )
+    return core.make_request(case, vllm_config, kv_cache_config, req_id,
+                             extra_args=extra_args)
 
 
 # vLLM 0.32.0's build_offloading_config asks a single group's model for its KV heads
@@ -318,7 +227,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
                 scheduler._chunks_being_loaded.add(inv[name])
     state = scheduler._req_status[request.request_id]
     if case["in_flight_transfers"]:
-        state.transfer_jobs.add(FAKE_JOB_ID)
+        state.transfer_jobs.add(core.FAKE_JOB_ID)
     num_computed = case["num_computed_tokens"]
     # Which GPU hits an engine produces: multiples of the coordinator's alignment, as
     # vLLM's own resolve_cache_hit_alignment_tokens gives it (the hash block when
@@ -336,21 +245,9 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     if num_computed % align == 0:
         num_computed -= num_computed % sched_bs
     out["connector_tokens"] = num_computed
-    # the lookup's CPU time (this thread's): time spent waiting for a core on a
-    # loaded machine is not the lookup's; the model is timed alike (compare.py)
-    gc.disable()  # as timeit: no collection of other objects inside the timed call
-    t0 = time.thread_time()
-    try:
-        kw = {"max_num_new_tokens": case.get("max_num_new_tokens")} if HAS_CAP else {}
-        hit, load_async = scheduler.get_num_new_matched_tokens(request, num_computed, **kw)
-    except AssertionError as e:
-        out["lookup_error"] = err(e)
-        hit, load_async = None, False
-    finally:
-        gc.enable()
-    out["t_lookup"] = time.thread_time() - t0
-    out["hit"] = hit
-    out["async"] = bool(load_async)
+    kw = {"max_num_new_tokens": case.get("max_num_new_tokens")} if HAS_CAP else {}
+    hit = core.timed_lookup(
+        lambda: scheduler.get_num_new_matched_tokens(request, num_computed, **kw), out)
     out["lookups"] = [list(names.get(k, (-1, -1))) for k in manager.looked_up]
     out["tail_boundary"] = getattr(state, "partial_tail_boundary", None)  # 0.28.0+
     if not any(gs.offload_keys for gs in state.group_states):
@@ -391,26 +288,7 @@ def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: Sc
             # no GPU prefix hit, and MambaManager asserts mode align whenever it is on)
             enable_caching=case["enable_prefix_caching"],
         )
-        pool = kvm.block_pool
-        computed: list[list[Any]] = []
-        for g, group in enumerate(kv_cache_config.kv_cache_groups):
-            bs = group.kv_cache_spec.block_size
-            n = num_computed // bs
-            blocks = pool.get_new_blocks(n) if n else []
-            if n:
-                pool.cache_full_blocks(request, blocks, 0, n, bs, g)
-            computed.append(blocks)
-        for blocks in computed:
-            pool.free_blocks(list(reversed(blocks)))
-        new_computed = KVCacheBlocks(tuple(computed)) if num_computed else None
-        blocks = kvm.allocate_slots(
-            request,
-            0,
-            num_new_computed_tokens=num_computed,
-            new_computed_blocks=new_computed,
-            num_external_computed_tokens=hit,
-            delay_cache_blocks=True,
-        )
+        blocks = core.allocate_load(kvm, kv_cache_config, request, num_computed, hit)
         if blocks is None:
             return {"load_error": "allocate_slots returned None (pool too small)"}
         scheduler.update_state_after_alloc(request, kvm.get_blocks(request.request_id), hit)
@@ -422,14 +300,7 @@ def load_plan(case: dict[str, Any], kv_cache_config: Any, spec: Any, manager: Sc
     if len(jobs) == 1:
         spec_ = jobs[0].dst_spec
         gpu = [list(spec_.group_sizes), list(spec_.block_indices)]
-    loads: list[list[Any]] = [[g, []] for g in range(len(case["groups"]))]
-    unknown = 0
-    for key in manager.loaded or []:
-        name = manager.names.get(key)
-        if name is None:
-            unknown += 1
-        else:
-            loads[name[0]][1].append(name[1])
+    loads, unknown = core.loads_by_group(manager, len(case["groups"]))
     return {"loads": loads, "unknown_load_keys": unknown, "gpu": gpu}
 
 
@@ -439,22 +310,17 @@ def bench(case: dict[str, Any], n: int) -> dict[str, Any]:
     for key in key_names(scheduler, requests[0]):
         manager.answers[key] = LR.HIT
     num_computed = case["num_computed_tokens"]
-    hit = None
-    per_call = []
-    clock = time.perf_counter
-    for r in requests:
-        t0 = clock()
+
+    def call(r: Any) -> Any:
         scheduler.on_new_request(r)
-        hit, _ = scheduler.get_num_new_matched_tokens(r, num_computed)
-        per_call.append(clock() - t0)
-    per_call.sort()
-    return {"seconds": sum(per_call), "calls": n, "hit": hit,
-            "median": per_call[len(per_call) // 2]}
+        return scheduler.get_num_new_matched_tokens(r, num_computed)[0]
+
+    return core.bench_calls(requests, call)
 
 
 def main() -> None:
-    serve(_PROTO, {"version": VERSION, "fix": FIX,
-                            "scheduler_file": sched_mod.__file__}, run_case, bench)
+    core.main({"version": VERSION, "fix": FIX, "scheduler_file": sched_mod.__file__},
+              run_case, bench)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ KVCacheConfig with FullAttentionSpec/SlidingWindowSpec/MambaSpec groups, Request
 vLLM's own block hashes, the OffloadingConnector built by its own constructor (so
 ``build_offloading_config`` and ``SchedulerOffloadConfig.from_spec`` run), its
 ``OffloadingConnectorScheduler``, ``KVCacheManager.allocate_slots``.  Stand-in: the
-offloading manager, answering HIT for a random set of keys (every hash position of every
-group, so complete chunks and partial-tail boundary keys alike), MISS otherwise.
+offloading manager (the harnesses' ``standins.ScenarioManager``), answering HIT for a
+random set of keys (every hash position of every group, so complete chunks and
+partial-tail boundary keys alike), MISS otherwise.
 
 Families:
 - ``reachable``: what vLLM's start-up produces for a Mamba (align) hybrid with prefix
@@ -48,6 +49,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 import torch
 import transformers
+from standins import ScenarioManager  # this folder: the harnesses' stand-in
 from vllm import SamplingParams
 from vllm.config import (
     CacheConfig,
@@ -88,24 +90,6 @@ JAMBA = dict(
     architectures=["JambaForCausalLM"],
 )
 MAX_LEN = 2048
-
-
-class StandIn(offload_base.OffloadingManager):
-    def __init__(self) -> None:
-        self.stored: set[bytes] = set()
-
-    def lookup(self, key, req_context):  # type: ignore[no-untyped-def]
-        return (offload_base.LookupResult.HIT if key in self.stored
-                else offload_base.LookupResult.MISS)
-
-    def prepare_load(self, keys, req_context):  # type: ignore[no-untyped-def]
-        return None
-
-    def prepare_store(self, keys, req_context):  # type: ignore[no-untyped-def]
-        return None
-
-    def on_new_request(self, req_context):  # type: ignore[no-untyped-def]
-        return offload_base.RequestOffloadingContext()
 
 
 def draw_layout(rng: random.Random, family: str) -> dict[str, Any]:
@@ -172,7 +156,7 @@ class Layout:
         connector = OffloadingConnector(self.vllm_config, KVConnectorRole.SCHEDULER,
                                         self.kv_cache_config)
         self.sched = connector.connector_scheduler
-        self.manager = StandIn()
+        self.manager = ScenarioManager()
         self.sched.manager = self.manager
         hash_fn = get_hash_fn_by_name(self.vllm_config.cache_config.prefix_caching_hash_algo)
         init_none_hash(hash_fn)
@@ -197,7 +181,8 @@ def run_case(lay: Layout, rng: random.Random, case_id: int
     for g in cfg.kv_group_configs:
         for h in req.block_hashes:
             if rng.random() < q:
-                lay.manager.stored.add(offload_base.make_offload_key(h, g.group_idx))
+                key = offload_base.make_offload_key(h, g.group_idx)
+                lay.manager.answers[key] = offload_base.LookupResult.HIT
     num_computed = 0
     if rng.random() < 0.25 and length > lay.block:
         num_computed = lay.block * rng.randint(0, (length - 1) // lay.block)
@@ -235,7 +220,7 @@ def run_case(lay: Layout, rng: random.Random, case_id: int
     states = [ctx.get_offload_key_position(k) for k, _ in mamba_keys]
     if not mamba_keys or any(s != e for s, (_, e) in zip(states, mamba_keys, strict=True)):
         bad["no-partial-state"] = {"state_at": states}
-    if any(k not in lay.manager.stored for k in loaded):
+    if any(k not in lay.manager.answers for k in loaded):
         bad["loads-stored-only"] = True
     kind = "hit" if tail is None else "tail-hit"
     if not bad:
