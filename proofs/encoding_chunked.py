@@ -86,6 +86,18 @@ GPU_HIT_WORDS = (
     "longer than it (:1167-1184, nothing loaded) is not covered by the proof, checked by "
     "the model and the cross-check only"
 )
+# the layered proofs encode the engine's choice (turn_chunked.engine_choice, pinned to
+# model.layout_chunked.keeps_local_tail by tests/test_engine_choice_chunked.py) and prove
+# that it keeps each property about the load (layers_chunked.local_tail_query)
+LAYERED_GPU_HIT_WORDS = (
+    "GPU hit: the connector's, a multiple of the scheduler block; a hit at hash-block "
+    "granularity (0.33.0 allows them when a Mamba-align block is larger than the hash "
+    "block) reaches the connector rounded down to it (v1/core/sched/scheduler.py:1134), "
+    "and the engine keeping that hit's sub-block tail instead of a connector hit no "
+    "longer than it (:1167-1184) is proved to load nothing or the connector's answer "
+    "(each property about the load holds after it; maximality and termination are "
+    "about the connector's answer, which it leaves as it is)"
+)
 UNMODELLED_WORDS = (
     "not modelled: ChunkedLocalAttention groups, a sliding window's "
     "extra_retained_tokens, hisparse groups and prefix_cache_retention_interval (not "

@@ -52,12 +52,13 @@ from proofs import (
     lemmas_chunked,
     pinned_chunked,
     pinned_violation_chunked,
+    premises_chunked,
     tail_layers_chunked,
     turn_chunked,
 )
 from proofs.abstract_chunked import obligations
 from proofs.encoding import NEXT_NONE, Enc, State, fresh_state
-from proofs.encoding_chunked import GPU_HIT_WORDS, UNMODELLED_WORDS
+from proofs.encoding_chunked import LAYERED_GPU_HIT_WORDS, UNMODELLED_WORDS
 from proofs.lemmas_chunked import assumed as loop_assumes
 from proofs.lemmas_chunked import fact
 from proofs.witness import Witness
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
 SCOPE_WORDS = (
     "every layout 0.33.0 accepts (any number of groups of each kind, each "
     "with its own block size; any blocks_per_chunk, window, prompt and caps; EAGLE on "
-    f"any group), partial tails off (prefix_match_unit unset); {GPU_HIT_WORDS}; "
+    f"any group), partial tails off (prefix_match_unit unset); {LAYERED_GPU_HIT_WORDS}; "
     f"{UNMODELLED_WORDS}"
 )
 # the theorems the layered proof covers, and the preconditions it may take
@@ -251,58 +252,42 @@ def lemma_turn(
 
 # premise satisfiability of the lemma queries (issue 23): each lemma's premises (start-up,
 # the request rules, the preconditions, the derived quantities, a turn from any state)
-# hold on a request with a GPU hit of 64 tokens, the group's block (32 tokens, a Mamba
-# group's 16) other than the layout's Mamba block (16) where the preconditions allow
-PIN_COMPUTED, PIN_PROMPT, PIN_GPU, PIN_MAMBA_GPU, PIN_WINDOW = 64, 200, 32, 16, 64
-_PREMISES: dict[tuple[object, ...], bool] = {}
+# hold on the pinned request of proofs.premises_chunked (a GPU hit of 64 tokens, the
+# group's block, 32 tokens, other than the layout's Mamba block, 16, where the
+# preconditions allow), replayed through model/ with a Mamba load
 
 
-def _premise_pin(kind: str, mamba: bool) -> Pin:
-    def pin(cfg: turn_chunked.Cfg, st: State, t: turn_chunked.Step) -> list[z3.BoolRef]:
-        env = turn_chunked.symbolic_env()
-        out = [cfg.computed == PIN_COMPUTED, cfg.prompt == PIN_PROMPT, cfg.bpc == 1,
-               cfg.prefix_caching, env.has_mamba == mamba, env.mamba_gpu == PIN_MAMBA_GPU,
-               cfg.gpu[0] == (PIN_MAMBA_GPU if kind == turn_chunked.MAMBA else PIN_GPU)]
-        return out + [w == PIN_WINDOW for w in cfg.window if w is not None]
+def lemma_premises(sem: Semantics, assumed: Sequence[str], name: str, kind: str) -> str | None:
+    """None when lemma ``name``'s query about a group of ``kind`` has satisfiable premises
+    on the pinned request, with a Mamba group elsewhere in the layout (block sizes as the
+    preconditions allow: ``premises_chunked.block_for``), replayed through model/ under
+    the preconditions; else why not."""
+    p = premises_chunked.Pin(kind, True, block=premises_chunked.block_for(kind, assumed))
+    cfg, env = turn_chunked.symbolic_config((kind,)), turn_chunked.symbolic_env()
 
-    return pin
+    def pin(c: turn_chunked.Cfg, st: State, t: turn_chunked.Step) -> list[z3.BoolRef]:
+        return premises_chunked.pins(p, c, env)
 
-
-def lemma_premises_hold(sem: Semantics, assumed: Sequence[str], name: str, kind: str) -> bool:
-    """Whether lemma ``name``'s query about a group of ``kind`` has satisfiable premises on
-    the pinned request (``PIN_*``): with a Mamba group elsewhere in the layout unless
-    same-block-size is assumed (it makes every chunk the Mamba one)."""
-    key = (sem.name, sem.reround_mamba, sem.reround_rerun, sem.steps, tuple(sorted(assumed)),
-           name, kind)
-    if key not in _PREMISES:
-        mamba = kind == turn_chunked.MAMBA or "same-block-size" not in assumed
-        q = lemma_turn(sem, assumed, name, kind, _premise_pin(kind, mamba), negated=False)
-        s = z3.Solver()
-        s.set("timeout", 20_000)
-        s.add(*q)
-        _PREMISES[key] = s.check() == z3.sat
-    return _PREMISES[key]
+    key = ("turn", sem.reround_mamba, sem.reround_rerun, sem.steps, name, kind)
+    return premises_chunked.holds(
+        partial(lemma_turn, sem, assumed, name, kind, pin, negated=False), key, p, sem, cfg,
+        env, assumed=assumed)
 
 
-PREMISES = ("premises: every lemma query's premises hold on a request with a GPU hit and "
-            "the group's block other than the Mamba block")
+PREMISES = f"premises: {premises_chunked.WORDS}"
 
 
 def premises_query(sem: Semantics, assumed: Sequence[str], names: Sequence[str]
                    ) -> list[z3.BoolRef]:
-    """``lemma_premises_hold`` for every lemma of ``names`` (on the turn) and kind, as a
+    """``lemma_premises`` for every lemma of ``names`` (on the turn) and kind, as a
     query named ``PREMISES``: unsatisfiable exactly when all hold; a failure is printed."""
-    import sys
-
-    for name in names:
-        if name == "initial-aligned":
-            continue  # about the initial bound, not a turn: the witness covers it
-        for kind in (turn_chunked.FA,) if name == "down" else turn_chunked.KINDS:
-            if not lemma_premises_hold(sem, assumed, name, kind):
-                print(f"{PREMISES}: FAILED: lemma {name} ({kind}) on {sem.name}",
-                      file=sys.stderr, flush=True)
-                return [z3.BoolVal(True)]
-    return [z3.BoolVal(False)]
+    checks: list[premises_chunked.Check] = [
+        (f"lemma {name} ({kind})", partial(lemma_premises, sem, assumed, name, kind))
+        for name in names
+        if name != "initial-aligned"  # about the initial bound, not a turn: the witness
+        for kind in ((turn_chunked.FA,) if name == "down" else turn_chunked.KINDS)
+    ]
+    return premises_chunked.query(PREMISES, checks, sem)
 
 
 def lemma_initial(assumed: Sequence[str], steps: ChunkSteps = turn_chunked.STOCK
@@ -429,6 +414,37 @@ def final_terms(
     return Final(x, y, facts + helpers, r, violation)
 
 
+# the engine's local-tail choice (0.32.0+, fine GPU hits): the encodings' GPU hit is the
+# connector's (the engine's, rounded down to the scheduler block); the engine then keeps
+# its own sub-block tail and loads nothing unless the connector's hit is longer
+LOCAL_TAIL = "the engine's local-tail choice (scheduler.py:1167, :1179) keeps the property"
+
+
+def local_tail_query(thm: str, kind: str, negated: bool = True) -> list[z3.BoolRef]:
+    """What the engine loads when it keeps its local tail (``turn_chunked.engine_choice``:
+    any local tail, any answer of the connector) violates no ``thm``, for a group of
+    ``kind`` of an unknown layout (start-up and request rules alone). Otherwise it loads
+    the connector's answer itself (``local_tail_rest_query``), whose violation is the
+    proved property's: every violation is a function of the configuration and the answer.
+    ``negated`` False: the premises alone (a kept tail), to see them hold."""
+    x = _setup((), (kind,))
+    tail = z3.Int("local_tail")
+    r = turn_chunked.Result(z3.Bool("connector_deferred"), z3.Int("connector_hit"))
+    chosen = turn_chunked.engine_choice(tail, r)
+    bad = turn_chunked.VIOLATIONS[thm](x.enc, x.cfg, x.d, chosen)
+    return _finish(x.enc, x.premises + [turn_chunked.keeps_tail(tail, r)]
+                   + ([bad] if negated else [x.cfg.computed > 0]))
+
+
+def local_tail_rest_query() -> list[z3.BoolRef]:
+    """Unless the engine keeps its local tail, what it takes is the connector's answer."""
+    tail = z3.Int("local_tail")
+    r = turn_chunked.Result(z3.Bool("connector_deferred"), z3.Int("connector_hit"))
+    c = turn_chunked.engine_choice(tail, r)
+    return [tail >= 0, z3.Not(turn_chunked.keeps_tail(tail, r)),
+            z3.Or(c.deferred != r.deferred, c.hit != r.hit)]
+
+
 def final_kinds(thm: str) -> tuple[str, ...]:
     """The kinds whose group ``final_query`` asks ``thm`` of: the Mamba groups'
     property, or the layout's (every group's loads, or the full-attention hit)."""
@@ -457,6 +473,13 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
     only = {(lemmas_chunked.WHERE, "down"): abstract_chunked.full_attention}
     out.append((assume.AUDIT,
                 partial(assume.audit_query, loop, {lemmas_chunked.WHERE: names}, only)))
+    if thm in turn_chunked.VIOLATIONS:  # what the engine loads of the proved answer
+        # (cheap, no precondition: asked before the costly queries)
+        out.append((f"{LOCAL_TAIL}: it loads the connector's answer or nothing",
+                    local_tail_rest_query))
+        for kind in turn_chunked.KINDS if whole else final_kinds(thm):
+            out.append((f"{LOCAL_TAIL}: a kept tail loads nothing ({kind})",
+                        partial(local_tail_query, thm, kind)))
     out += list(ARITHMETIC) if stored else []
     for name in names:
         if name == "initial-aligned":
@@ -582,6 +605,11 @@ def ask_unsat(
     s.add(*q)
     res = s.check()
     if res == z3.sat:
+        if name.startswith(LOCAL_TAIL):  # no precondition: never expected to fail
+            import sys
+
+            print(f"{name}: FAILED: a kept tail loads what violates it", file=sys.stderr,
+                  flush=True)
         return "FAILED", name, time.monotonic() - t0
     if res == z3.unknown:
         return "UNKNOWN", f"{name}: solver returned unknown", time.monotonic() - t0

@@ -53,7 +53,14 @@ from model.evaluate import evaluate
 from model.maximality_chunked import is_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import Semantics
-from proofs import abstract_chunked, layers_chunked, lemmas_chunked, pinned_chunked, turn_chunked
+from proofs import (
+    abstract_chunked,
+    layers_chunked,
+    lemmas_chunked,
+    pinned_chunked,
+    premises_chunked,
+    turn_chunked,
+)
 from proofs import assume as _assume
 from proofs.assume import assume, shape
 from proofs.encoding import NEXT_ALL, NEXT_NONE, NEXT_SW, Enc, State, Store, fresh_state, zmax
@@ -473,6 +480,9 @@ def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[layers_chunked.Que
         (pinned_chunked.NAME, partial(pinned_chunked.query, sem.name)),
         (_assume.AUDIT, partial(_assume.audit_query, loop, proved, ONLY)),
         ("lemma monotone: x <= y and b >= 1 give x * b <= y * b", monotone_lemma),
+        # every lemma query below has premises a real request meets (asked before them:
+        # a sabotage is named before any costly query)
+        (PREMISES, partial(premises_query, sem, pre)),
     ]
     base = _base_assumed(pre)
     for name in loop_assumes(sem.reround_mamba, sem.reround_rerun, False):
@@ -501,6 +511,55 @@ def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[layers_chunked.Que
         ("maximality: the answer from the loop's end", partial(final_query, pre, turn_chunked.FA))
     )
     return out
+
+
+# --- premise satisfiability of every lemma query (issue 23; proofs.premises_chunked) ------
+
+PREMISES = f"maximality premises: {premises_chunked.WORDS}"
+
+
+def lemma_premises(sem: Semantics, pre: Sequence[str], name: str, kind: str,
+                   align: bool | None = None) -> str | None:
+    """None when maximality lemma ``name``'s query about a group of ``kind`` (``align``:
+    one case of a Mamba group's keeps) has satisfiable premises on the pinned request
+    with its valid hit, replayed through model/; else why not. Align off is prefix
+    caching off (no GPU hit, one block size: kv_cache_utils.py:878, :892)."""
+    caching = align is not False
+    p = premises_chunked.Pin(kind, True, caching, z3.Int("valid_hit"),
+                             block=premises_chunked.block_for(kind, pre))
+    cfg, env = turn_chunked.symbolic_config((kind,)), turn_chunked.symbolic_env()
+
+    def pin(c: turn_chunked.Cfg, st: State, t: turn_chunked.Step) -> list[z3.BoolRef]:
+        return premises_chunked.pins(p, c, env)
+
+    def build() -> list[z3.BoolRef]:
+        q = lemma_query(sem, pre, name, kind, pin, negated=False, align=align)
+        if name != "keeps":  # the pin goes in at the turn; these queries have none
+            q = q + premises_chunked.pins(p, cfg, env)
+        return q
+
+    key = ("maximality", sem.reround_mamba, sem.reround_rerun, sem.steps, name, kind, align)
+    return premises_chunked.holds(build, key, p, sem, cfg, env, assumed=pre)
+
+
+def premises_query(sem: Semantics, pre: Sequence[str]) -> list[z3.BoolRef]:
+    """Every lemma query of the layered maximality proof (the loop's own lemmas, with the
+    preconditions they take, and the maximality lemmas for every kind and case) has
+    satisfiable premises on the pinned request (``proofs.premises_chunked``)."""
+    base = _base_assumed(pre)
+    checks: list[premises_chunked.Check] = []
+    for name in loop_assumes(sem.reround_mamba, sem.reround_rerun, False):
+        for kind in turn_chunked.KINDS:
+            checks.append((f"lemma {name} ({kind})",
+                           partial(layers_chunked.lemma_premises, sem, base, name, kind)))
+    for name in assumed():
+        for kind in turn_chunked.KINDS:
+            cases: tuple[bool | None, ...] = (
+                (True, False) if name == "keeps" and kind == turn_chunked.MAMBA else (None,))
+            for align in cases:
+                checks.append((f"lemma {name} ({kind}; align {align})",
+                               partial(lemma_premises, sem, pre, name, kind, align)))
+    return premises_chunked.query(PREMISES, checks, sem)
 
 
 def prove(sem: Semantics, assumed: Sequence[str], timeout_ms: int) -> tuple[str, str, float]:

@@ -367,6 +367,10 @@ def _forget_proofs() -> None:
     answers = sys.modules.get("model.answers_chunked")
     if answers is not None:
         answers._KEPT.clear()  # a store's answers built by the other code
+    premises = sys.modules.get("proofs.premises_chunked")
+    if premises is not None:  # premise checks replayed through the other model/
+        premises._HELD.clear()
+        premises._REPLAYED.clear()
 
 
 # ---- equivalent mutants: a Z3 proof that the mutated step computes the same value -------

@@ -21,8 +21,9 @@ from typing import Any
 
 import z3
 
+from model import layout_chunked
 from model.evaluate import evaluate
-from model.scenario import parse_scenario
+from model.scenario import Scenario, parse_scenario
 from proofs import turn_chunked
 from proofs.encoding import Enc
 
@@ -34,7 +35,8 @@ def _g(kind: str, gpu: int, **more: Any) -> dict[str, Any]:
 
 
 # (blocks_per_chunk, prompt tokens, num_computed_tokens, prefix caching, groups)
-LAYOUTS: tuple[tuple[int, int, int, bool, tuple[dict[str, Any], ...]], ...] = (
+Layout = tuple[int, int, int, bool, tuple[dict[str, Any], ...]]
+LAYOUTS: tuple[Layout, ...] = (
     (1, 200, 64, True, (_g(FA, 16), _g(MAMBA, 32))),
     (2, 400, 128, True, (_g(FA, 16), _g(SW, 32, sliding_window=64), _g(MAMBA, 64))),
     (1, 150, 64, True, (_g(FA, 32), _g(SW, 16, sliding_window=40))),
@@ -62,9 +64,9 @@ def scenario(sem: str, i: int) -> dict[str, Any]:
     return out
 
 
-def _bind(cfg: turn_chunked.Cfg, i: int, groups: tuple[int, ...]) -> list[z3.BoolRef]:
-    """``cfg`` (one config group per layout group of ``groups``) at layout ``i``."""
-    bpc, prompt, computed, caching, gs = LAYOUTS[i]
+def _bind(cfg: turn_chunked.Cfg, lay: Layout, groups: tuple[int, ...]) -> list[z3.BoolRef]:
+    """``cfg`` (one config group per layout group of ``groups``) at layout ``lay``."""
+    bpc, prompt, computed, caching, gs = lay
     out = [cfg.bpc == bpc, cfg.prompt == prompt, cfg.computed == computed,
            cfg.prefix_caching == caching, z3.Not(cfg.skip_reading)]
     for c, g in enumerate(groups):
@@ -82,9 +84,9 @@ def _sat(cons: list[z3.BoolRef]) -> bool:
     return bool(s.check() == z3.sat)
 
 
-def _whole(i: int) -> bool:
+def _whole(lay: Layout) -> bool:
     """The whole layout: start-up and ``derive`` without an ``Env`` (concrete sizes)."""
-    bpc, _, _, _, gs = LAYOUTS[i]
+    bpc, _, _, _, gs = lay
     kinds = tuple(g["kind"] for g in gs)
     cfg = turn_chunked.symbolic_config(kinds, "_pin")
     cfg = replace(cfg, gpu=tuple(z3.IntVal(g["gpu_block_size"]) for g in gs),
@@ -93,14 +95,14 @@ def _whole(i: int) -> bool:
                                for g in gs))
     enc = Enc()
     turn_chunked.derive(enc, cfg)
-    return _sat([turn_chunked.startup(enc, cfg)] + _bind(cfg, i, tuple(range(len(gs))))
+    return _sat([turn_chunked.startup(enc, cfg)] + _bind(cfg, lay, tuple(range(len(gs))))
                 + enc.cons)
 
 
-def _few(i: int, groups: tuple[int, ...]) -> bool:
-    """Layout ``i``'s ``groups`` as a query about a few groups of an unknown layout sees
+def _few(lay: Layout, groups: tuple[int, ...]) -> bool:
+    """Layout ``lay``'s ``groups`` as a query about a few groups of an unknown layout sees
     them: start-up, ``derive`` with an ``Env`` bound to the rest of the layout."""
-    _, _, _, _, gs = LAYOUTS[i]
+    _, _, _, _, gs = lay
     cfg = turn_chunked.symbolic_config(tuple(gs[g]["kind"] for g in groups), "_pin")
     env = turn_chunked.symbolic_env("_pin")
     mamba = [g["gpu_block_size"] for g in gs if g["kind"] == MAMBA]
@@ -110,7 +112,64 @@ def _few(i: int, groups: tuple[int, ...]) -> bool:
              env.has_mamba == bool(mamba)]
     if mamba:
         binds.append(env.mamba_gpu == mamba[-1])
-    return _sat([turn_chunked.startup(enc, cfg)] + _bind(cfg, i, groups) + binds + enc.cons)
+    return _sat([turn_chunked.startup(enc, cfg)] + _bind(cfg, lay, groups) + binds + enc.cons)
+
+
+def admits(lay: Layout) -> str | None:
+    """None when start-up admits the whole layout ``lay`` (one ``model/`` accepts) and the
+    per-group environment each group alone and each ordered pair of groups; else which
+    binding failed."""
+    if not _whole(lay):
+        return "start-up (turn_chunked.startup) excludes it"
+    n = len(lay[4])
+    for groups in [(g,) for g in range(n)] + list(itertools.permutations(range(n), 2)):
+        if not _few(lay, groups):
+            return (f"groups {groups}: the per-group environment (turn_chunked.derive) or "
+                    "start-up excludes them")
+    return None
+
+
+def layout_of(s: Scenario) -> Layout:
+    """A scenario ``model/`` accepts, as the encodings see it: the connector's GPU hit
+    (rounded down to the scheduler block, ``model.layout_chunked.connector_tokens``)."""
+    lay = layout_chunked.resolve_layout(s)
+    groups = tuple(
+        {"kind": g.kind, "gpu_block_size": g.gpu_block_size}
+        | ({"sliding_window": g.sliding_window} if g.sliding_window is not None else {})
+        for g in s.groups)
+    return (lay.blocks_per_chunk, s.num_tokens,
+            layout_chunked.connector_tokens(lay, s.num_computed_tokens),
+            s.enable_prefix_caching, groups)
+
+
+def admits_tails(s: Scenario) -> str | None:
+    """None when a scenario with partial tails on (one ``model/`` accepts) is admitted by
+    the tail proof's premises about each of its groups in an unknown layout
+    (``tail_chunked.startup`` of a few groups, the per-group environment the tail proof
+    takes, ``tail_layers_chunked._env``) and by the complete-chunk ones (``admits``);
+    else which binding failed."""
+    from proofs import tail_chunked
+
+    why = admits(layout_of(s))
+    if why is not None:
+        return why
+    lay = layout_chunked.resolve_layout(s)
+    block, tph = lay.partial_tail_block_size, lay.tokens_per_hash
+    margin = any(g.eagle and g.kind == FA for g in s.groups)
+    computed = layout_chunked.connector_tokens(lay, s.num_computed_tokens)
+    for g, grp in enumerate(s.groups):
+        enc = Enc()
+        tc = tail_chunked.symbolic_tail_config((grp.kind,), "_pin")
+        env = turn_chunked.symbolic_env("_pin")
+        turn_chunked.derive(enc, tc.base, env)
+        binds = [tc.block == block, tc.tph == tph, tc.base.prompt == s.num_tokens,
+                 tc.base.computed == computed, tc.base.eagle[0] == grp.eagle,
+                 tc.margin_on == margin, z3.Not(tc.base.skip_reading),
+                 env.has_mamba, env.has_windowed, env.mamba_gpu == block]
+        if not _sat([tail_chunked.startup(enc, tc, whole=False)] + binds + enc.cons):
+            return (f"group {g}: the tail proof's start-up (tail_chunked.startup) or "
+                    "environment excludes it")
+    return None
 
 
 _DONE: dict[str, str | None] = {}
@@ -122,19 +181,13 @@ def check(sem: str) -> str | None:
     if sem in _DONE:
         return _DONE[sem]
     why = None
-    for i, (_, _, _, _, gs) in enumerate(LAYOUTS):
+    for i, lay in enumerate(LAYOUTS):
         o = evaluate(parse_scenario(scenario(sem, i)))
         if o.refused:
             why = f"layout {i}: model/ refuses it ({o.refused})"
-        elif not _whole(i):
-            why = f"layout {i}: start-up (turn_chunked.startup) excludes it"
         else:
-            n = len(gs)
-            for groups in [(g,) for g in range(n)] + list(itertools.permutations(range(n), 2)):
-                if not _few(i, groups):
-                    why = (f"layout {i}, groups {groups}: the per-group environment "
-                           "(turn_chunked.derive) or start-up excludes them")
-                    break
+            bad = admits(lay)
+            why = None if bad is None else f"layout {i}: {bad}"
         if why is not None:
             break
     _DONE[sem] = why

@@ -151,6 +151,28 @@ SABOTAGES: tuple[Sabotage, ...] = (
         "termination", _newest,
     ),
     Sabotage(
+        "a premise excluding different block sizes in the maximality lemma queries "
+        "(every chunk the Mamba chunk)",
+        "proofs/maximality_layers_chunked.py",
+        "    helpers = monotone_instances(enc, ends, d.tpc[0])\n",
+        "    helpers = monotone_instances(enc, ends, d.tpc[0]) + [d.tpc[0] == d.align]\n",
+        "maximality", _newest,
+    ),
+    Sabotage(
+        "a premise excluding a GPU hit in one partial-tail lemma query (key-ready)",
+        "proofs/tail_layers_chunked.py",
+        "        more.append(b >= 1)\n",
+        "        more += [b >= 1, tc.base.computed == 0]\n",
+        "termination", _newest,
+    ),
+    Sabotage(
+        "the engine's local-tail choice loading the connector's answer over a kept tail",
+        "proofs/turn_chunked.py",
+        "    return Result(r.deferred, z3.If(keeps_tail(tail, r), z3.IntVal(0), r.hit))\n",
+        "    return Result(r.deferred, r.hit)\n",
+        "no-partial-state", _newest,
+    ),
+    Sabotage(
         "a guard dropped from down (assumed for windowed groups, proved for full attention)",
         "proofs/abstract_chunked.py",
         '        out += [use("down", a, b, lp.ok(g, a), lp.ok(g, b), when=full, group=g)\n',

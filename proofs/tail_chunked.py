@@ -477,6 +477,16 @@ def active(a: Answer) -> z3.BoolRef:
     return z3.And(z3.Not(a.deferred), a.hit > 0)
 
 
+def engine_choice(local_tail: z3.ArithRef, a: Answer) -> Answer:
+    """``turn_chunked.engine_choice`` with partial tails on: a kept local tail loads
+    nothing, partial tail included (model/evaluate.py passes no boundary then)."""
+    r = turn_chunked.Result(a.deferred, a.hit)
+    kept = turn_chunked.keeps_tail(local_tail, r)
+    chosen = turn_chunked.engine_choice(local_tail, r)
+    return Answer(chosen.deferred, chosen.hit, z3.And(a.tail, z3.Not(kept)), a.boundary,
+                  a.past_hashes)
+
+
 def violates_no_partial_state(
     enc: Enc, tc: TailCfg, a: Answer, groups: Sequence[int] | None = None
 ) -> z3.BoolRef:

@@ -47,6 +47,7 @@ complete chunks), so its queries are asked once per process.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -58,11 +59,11 @@ import z3
 from model.evaluate import evaluate
 from model.scenario import parse_scenario
 from model.semantics import Semantics
-from proofs import abstract_chunked, tail_chunked, turn_chunked
+from proofs import abstract_chunked, premises_chunked, tail_chunked, turn_chunked
 from proofs import assume as _assume
 from proofs.assume import assume, shape
 from proofs.encoding import Enc, State, Store, fresh_state
-from proofs.encoding_chunked import GPU_HIT_WORDS, UNMODELLED_WORDS
+from proofs.encoding_chunked import LAYERED_GPU_HIT_WORDS, UNMODELLED_WORDS
 from proofs.witness import Witness
 
 COVERED = (
@@ -86,7 +87,7 @@ SCOPE_WORDS = (
     "groups of each kind, each with its own block size; any blocks_per_chunk, "
     "window, prompt and caps; EAGLE on any group; with partial tails "
     "on: any number of full-attention and Mamba groups, any block size and "
-    f"prefix_match_unit, any number of boundaries tried); {GPU_HIT_WORDS}; "
+    f"prefix_match_unit, any number of boundaries tried); {LAYERED_GPU_HIT_WORDS}; "
     f"{UNMODELLED_WORDS}"
 )
 
@@ -793,6 +794,78 @@ def same_load_query(kind: str) -> list[z3.BoolRef]:
     return _finish(enc, premises + env + [tail_chunked.active(a), z3.Not(same)])
 
 
+LOCAL_TAIL = "the engine's local-tail choice (scheduler.py:1167, :1179) keeps the property"
+
+
+# --- premise satisfiability of every lemma query (issue 23; proofs.premises_chunked) ------
+
+PREMISES = f"tail premises: {premises_chunked.WORDS}"
+
+
+def lemma_premises(name: str, kind: str, sem: Semantics, other: str | None = None
+                   ) -> str | None:
+    """None when tail lemma ``name``'s query about a group of ``kind`` (``other``: the
+    query that confirmed-hits is kept by another group's turn, of that kind) has
+    satisfiable premises on the pinned request with partial tails on (one block size,
+    0.33.0's rule: the block other than the hash block), replayed through model/; else
+    why not."""
+    p = premises_chunked.Pin(kind, True, tails=True)
+    kinds = (kind,) if other is None else (kind, other)
+    tc = tail_chunked.symbolic_tail_config(kinds)
+    env = turn_chunked.symbolic_env()
+    def build() -> list[z3.BoolRef]:
+        q = (lemma_query(name, kind, False, sem) if other is None
+             else confirmed_hits_kept_query(other, sem, False))
+        return q + premises_chunked.pins(p, tc.base, env) + [tc.tph == premises_chunked.TAIL_HASH]
+
+    # the tail phase is the same in every 0.33.0 semantics; confirmed-hits reads the turn
+    reads = (sem.reround_mamba, sem.reround_rerun, sem.steps) if name == "confirmed-hits" else ()
+    key = ("tail", name, kind, other, reads)
+    return premises_chunked.holds(build, key, p, sem, tc.base, env, tc.tph)
+
+
+def premises_query(sem: Semantics, stored: bool) -> list[z3.BoolRef]:
+    """Every tail lemma query (``stored``: loads-stored-only's too) has satisfiable
+    premises on the pinned request (``proofs.premises_chunked``)."""
+    checks: list[premises_chunked.Check] = []
+    for name in LEMMAS:
+        if name in STORED_ONLY and not stored:
+            continue
+        for kind in (tail_chunked.FA, tail_chunked.MAMBA):
+            if name == "confirmed-hits":
+                if kind == tail_chunked.FA:  # only full-attention groups confirm (:957)
+                    checks.append((f"tail lemma {name} ({kind})",
+                                   partial(lemma_premises, name, kind, sem)))
+                    for other in (tail_chunked.FA, tail_chunked.MAMBA):
+                        checks.append((f"tail lemma {name}: kept by another group's turn "
+                                       f"({other})",
+                                       partial(lemma_premises, name, kind, sem, other)))
+                continue
+            checks.append((f"tail lemma {name} ({kind})",
+                           partial(lemma_premises, name, kind, sem)))
+    return premises_chunked.query(PREMISES, checks, sem)
+
+
+def local_tail_query(thm: str, kind: str) -> list[z3.BoolRef]:
+    """``proofs.layers_chunked.local_tail_query`` with partial tails on: a kept local
+    tail loads nothing (``tail_chunked.engine_choice``), partial tail included; otherwise
+    the engine takes the connector's answer (a partial-tail hit or not) itself."""
+    enc, tc, premises = _setup((kind,))
+    local = z3.Int("local_tail")
+    a = tail_chunked.Answer(z3.Bool("connector_deferred"), z3.Int("connector_hit"),
+                            z3.Bool("connector_tail"), z3.Int("connector_boundary"))
+    chosen = tail_chunked.engine_choice(local, a)
+    if thm == "loads-stored-only":
+        bad = tail_chunked.violates_loads_stored_only(enc, tc, chosen, z3.Int("chunk"))
+    else:
+        bad = tail_chunked.VIOLATIONS[thm](enc, tc, chosen)
+    kept = turn_chunked.keeps_tail(local, turn_chunked.Result(a.deferred, a.hit))
+    rest = z3.Or(chosen.deferred != a.deferred, chosen.hit != a.hit, chosen.tail != a.tail,
+                 chosen.boundary != a.boundary)
+    return _finish(enc, premises + [local >= 0, z3.Or(z3.And(kept, bad),
+                                                      z3.And(z3.Not(kept), rest))])
+
+
 def proof_queries(
     thm: str, sem: Semantics | None = None, assumed: Sequence[str] = ()
 ) -> list[Query]:
@@ -804,6 +877,15 @@ def proof_queries(
     # first: it is cheap)
     proved = {WHERE: [n for n in LEMMAS if stored or n not in STORED_ONLY]}
     out: list[Query] = [(_assume.AUDIT, partial(_assume.audit_query, loops, proved))]
+    # asked first too (cheap): the lemma queries below have premises a real request meets
+    # (proofs.premises_chunked), and what the engine loads keeps the property
+    if sem is not None:
+        out.append((f"{PREMISES} ({'with' if stored else 'without'} {', '.join(STORED_ONLY)}; "
+                    f"{sem.name})", partial(premises_query, sem, stored)))
+    if thm in (*tail_chunked.VIOLATIONS, "loads-stored-only"):
+        for kind in (tail_chunked.FA, tail_chunked.MAMBA):
+            out.append((f"{LOCAL_TAIL} with partial tails on ({kind})",
+                        partial(local_tail_query, thm, kind)))
     for name in LEMMAS:
         if name in STORED_ONLY and not stored:
             continue
@@ -955,6 +1037,9 @@ def prove(
             return "UNKNOWN", f"{name}: {e}", time.monotonic() - t0
         res = s.check()
         if res == z3.sat:
+            if name.startswith(LOCAL_TAIL):  # no precondition: never expected to fail
+                print(f"{name}: FAILED: a kept tail loads what violates it",
+                      file=sys.stderr, flush=True)
             return "FAILED", name, time.monotonic() - t0
         if res == z3.unknown:
             return "UNKNOWN", f"{name}: solver returned unknown", time.monotonic() - t0

@@ -484,6 +484,20 @@ def result_of(enc: Enc, cfg: Cfg, d: D, st: State,
     return Result(deferred, hit)
 
 
+def engine_choice(tail: z3.ArithRef, r: Result) -> Result:
+    """What the engine takes of the connector's answer ``r`` when its own GPU hit is the
+    connector's num_computed_tokens plus a sub-block ``tail`` (a hash-block hit rounded
+    down to the scheduler block, v1/core/sched/scheduler.py:1134 of 0.33.0): it keeps the
+    local tail and loads nothing unless the connector's hit is longer (:1167, :1179); a
+    deferral defers either way (``model.layout_chunked.keeps_local_tail``)."""
+    return Result(r.deferred, z3.If(keeps_tail(tail, r), z3.IntVal(0), r.hit))
+
+
+def keeps_tail(tail: z3.ArithRef, r: Result) -> z3.BoolRef:
+    """The engine keeps its local ``tail`` (``engine_choice``)."""
+    return z3.And(tail > 0, z3.Not(r.deferred), r.hit <= tail)
+
+
 # --- the load (update_state_after_alloc, scheduler.py:1351; model/load_chunked.py) ----------
 
 
