@@ -122,6 +122,12 @@ CITED = [
      "cache_config.mamba_block_size = cache_config.block_size"),
     ("entrypoints/openai/completion/protocol.py", 248, 248, "kv_transfer_params"),
     ("entrypoints/openai/completion/protocol.py", 401, 403, 'extra_args["kv_transfer_params"]'),
+    # finding 001's preemption section (sim/tier_preempt.py, tests/test_tier_preempt.py)
+    ("v1/core/sched/scheduler.py", 1817, 1817, "self._free_request_blocks(request)"),
+    ("v1/core/sched/scheduler.py", 1822, 1822, "request.num_computed_tokens = 0"),
+    ("v1/core/sched/scheduler.py", 1842, 1842, "self.waiting.prepend_request(request)"),
+    (OFF + "scheduler.py", 2136, 2151, "for req_id in scheduler_output.preempted_req_ids"),
+    (OFF + "scheduler.py", 1241, 1254, "group_state.next_stored_chunk_idx = 0"),
 ]
 TEXTS = [ROOT / "docs" / "findings" / name for name in ("001-issue.md", "003-issue.md")]
 TEXTS.append(ROOT / "README.md")  # its 0.33.0 citations (finding 001's mechanism)
