@@ -680,7 +680,8 @@ def partial_tail_phase(enc: ChunkEnc, cfg: ChunkConfig, d: ChunkDerived, st: Chu
     # scheduler.py:1083-1093: the search end before the caps, the release's step (0.33.0:
     # two search blocks with a margin, and a hash past the boundary for the proof key)
     hashed = enc.round_down(cfg.prompt, tph, hi)
-    mb = steps.tail_search(arith(enc), complete_boundary, ptbs, cfg.prompt, hashed, margin)
+    mb = steps.tail_search(arith(enc), complete_boundary, ptbs, cfg.prompt, hashed, margin,
+                           margin_on)
     mb = z3.If(cfg.has_new_cap, zmin(mb, local + cfg.new_cap), mb)  # scheduler.py:1095
     mb = z3.If(cfg.has_load_cap, zmin(mb, local + cfg.load_cap), mb)  # scheduler.py:1097
     mb_q = enc.name(enc.floordiv(mb, tph, hi, -1), "max_boundary_q")  # scheduler.py:1102

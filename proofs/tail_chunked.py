@@ -149,10 +149,10 @@ def prologue(enc: Enc, tc: TailCfg, complete_hit: z3.ArithRef) -> Prologue:
     local, tph, block = c.computed, tc.tph, tc.block
     cb = local + complete_hit  # scheduler.py:1079
     hashed = enc.floordiv(c.prompt, tph, "num_hashes") * tph  # scheduler.py:1092
-    margin = z3.If(tc.margin_on, tph, 0)  # _max_eagle_proof_margin (one hash block)
     # scheduler.py:1083-1093: the search end before the caps, the release's step (0.33.0:
-    # two search blocks with a margin, and a hash past the boundary for the proof key)
-    mb = tc.steps.tail_search(TurnArith(enc), cb, block, c.prompt, hashed, margin)
+    # two search blocks with a margin, one hash block when on, and a hash past the
+    # boundary for the proof key)
+    mb = tc.steps.tail_search(TurnArith(enc), cb, block, c.prompt, hashed, tph, tc.margin_on)
     mb = z3.If(c.has_new_cap, zmin(mb, local + c.new_cap), mb)  # scheduler.py:1095
     mb = z3.If(c.has_load_cap, zmin(mb, local + c.load_cap), mb)  # scheduler.py:1097
     mb = enc.floordiv(mb, tph, "max_boundary_hashes") * tph  # scheduler.py:1102

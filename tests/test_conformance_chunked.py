@@ -230,7 +230,8 @@ ENCODING_SABOTAGES = {
     # scheduler.py:1088: with an EAGLE margin the boundary leaves a hash for the proof key
     # (the release's step, releases/steps.py: the encoding must run it, not its own search)
     "tail-proof-hash": (
-        "mb = steps.tail_search(arith(enc), complete_boundary, ptbs, cfg.prompt, hashed, margin)",
+        "mb = steps.tail_search(arith(enc), complete_boundary, ptbs, cfg.prompt, hashed, margin,\n"
+        "                           margin_on)",
         "mb = zmin(cfg.prompt - 1, complete_boundary + z3.If(margin_on, 2 * ptbs, ptbs) - 1)"),
 }
 

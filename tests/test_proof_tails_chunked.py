@@ -205,7 +205,8 @@ SABOTAGES = {
     # scheduler.py:1083: two search blocks with an EAGLE margin (the release's step,
     # releases/steps.py: the encoding must run it; here one block, the hash cap kept)
     "eagle-search-blocks": (
-        "    mb = tc.steps.tail_search(TurnArith(enc), cb, block, c.prompt, hashed, margin)",
+        "    mb = tc.steps.tail_search(TurnArith(enc), cb, block, c.prompt, hashed, tph, "
+        "tc.margin_on)",
         "    mb = zmin(zmin(c.prompt - 1, cb + block - 1), z3.If(tc.margin_on, hashed - tph, "
         "c.prompt))",
     ),
@@ -218,7 +219,8 @@ SABOTAGES = {
     # scheduler.py:1088: the EAGLE proof key needs a hash past the boundary (the step's;
     # here two search blocks without the cap)
     "eagle-hash-cap": (
-        "    mb = tc.steps.tail_search(TurnArith(enc), cb, block, c.prompt, hashed, margin)",
+        "    mb = tc.steps.tail_search(TurnArith(enc), cb, block, c.prompt, hashed, tph, "
+        "tc.margin_on)",
         "    mb = zmin(c.prompt - 1, cb + z3.If(tc.margin_on, 2 * block, block) - 1)",
     ),
     # scheduler.py:1150: a pending key defers a request with no complete hit

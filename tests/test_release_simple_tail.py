@@ -59,11 +59,11 @@ def test_the_tail_search_steps() -> None:
     # no proof margin: 0.33.0 searches one block too, so the two agree
     for complete, block, prompt in ((16, 16, 40), (0, 2, 2), (32, 16, 40)):
         hashed = prompt // 4 * 4
-        assert (steps.tail_search_one_block(INT, complete, block, prompt, hashed, 0)
-                == steps.tail_search_with_proofs(INT, complete, block, prompt, hashed, 0))
+        assert (steps.tail_search_one_block(INT, complete, block, prompt, hashed, 0, False)
+                == steps.tail_search_with_proofs(INT, complete, block, prompt, hashed, 0, False))
     # a margin: 0.33.0 reaches into the second block, capped by the hashes
-    assert steps.tail_search_with_proofs(INT, 16, 16, 40, 40, 4) == 36
-    assert steps.tail_search_one_block(INT, 16, 16, 40, 40, 4) == 31
+    assert steps.tail_search_with_proofs(INT, 16, 16, 40, 40, 4, True) == 36
+    assert steps.tail_search_one_block(INT, 16, 16, 40, 40, 4, True) == 31
 
 
 def test_an_eagle_group_turns_tails_off() -> None:
