@@ -364,7 +364,7 @@ def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
     # scheduler.py:1083-1093: one or two search blocks (an EAGLE proof margin), and the
     # proof key's hash past the boundary (0.32.0: one block, steps.tail_search_one_block)
     max_boundary = sem.steps.tail_search(INT, complete_boundary, ptbs, s.prompt_tokens,
-                                         (s.prompt_tokens // tph) * tph, margin)
+                                         (s.prompt_tokens // tph) * tph, margin, margin > 0)
     if max_num_new_tokens is not None:  # scheduler.py:1095
         max_boundary = min(max_boundary, local_tokens + max_num_new_tokens)
     if max_load_tokens is not None:  # scheduler.py:1097

@@ -182,9 +182,9 @@ def _loop(sem: Semantics, template: Template, scope: encoding_chunked.Scope, pas
         enc = encoding_chunked.ChunkEnc(scope)
         cfg = encoding_chunked.symbolic_config(kinds, scope, tails=tails)
         d = encoding_chunked.derive(enc, cfg, order)
-        start = encoding_chunked.startup(enc, cfg)
+        start = encoding_chunked.startup(enc, cfg, sem.steps)
         st = encoding_chunked.run_loop(enc, cfg, d, sem, passes)
-        r = encoding_chunked.result_of(enc, cfg, d, st)
+        r = encoding_chunked.result_of(enc, cfg, d, st, sem.steps)
         _LOOPS[key] = _Loop(tuple(enc.cons), next(enc.counter), cfg, d, start, st, r)
     return _LOOPS[key]
 

@@ -7,7 +7,7 @@ can hand in a sabotaged copy and see the comparison fail.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
@@ -32,12 +32,49 @@ def tails_on(s: Scenario, scope: Any = None) -> bool:
     if sorted(g.kind for g in s.groups) != ["full_attention", "mamba"]:
         return False
     try:
-        layout = layout_chunked.resolve_layout(s)
+        layout = release_layout(s)
     except Refused:
         return False
     return (layout.supports_partial_tail
             and layout.partial_tail_block_size <= scope.hashes_per_block
             * layout.tokens_per_hash)
+
+
+def release_layout(s: Scenario) -> layout_chunked.ChunkLayout:
+    """What the start-up of ``s``'s release builds (its steps: ``tail_eagle``)."""
+    sem = get_semantics(s.semantics)
+    return layout_chunked.resolve_layout(s, sem.steps, sem.base_version)
+
+
+def tails_shape(s: Scenario, scope: Any = None) -> bool:
+    """Whether ``s`` has the partial-tail templates' layout apart from its EAGLE groups:
+    full attention and one Mamba group that its release's start-up would give partial
+    tails were EAGLE groups allowed them (0.33.0 allows them; 0.28.0-0.32.0 do not,
+    ``ChunkSteps.tail_eagle``), at most ``Scope.hashes_per_block`` hash blocks per
+    block. On these the start-up's EAGLE rule decides (``tails_gate``)."""
+    scope = scope or encoding_module.SCOPE
+    if sorted(g.kind for g in s.groups) != ["full_attention", "mamba"]:
+        return False
+    sem = get_semantics(s.semantics)
+    try:
+        layout = layout_chunked.resolve_layout(s, replace(sem.steps, tail_eagle=True),
+                                               sem.base_version)
+    except Refused:
+        return False
+    return (layout.supports_partial_tail
+            and layout.partial_tail_block_size <= scope.hashes_per_block
+            * layout.tokens_per_hash)
+
+
+def tails_gate(s: Scenario, mod: ModuleType = encoding_module) -> tuple[bool, bool]:
+    """For ``s`` of ``tails_shape``: whether the encoding's start-up turns partial tails on
+    (``partial_tails_on`` with the release's steps, on ``s``'s values) and whether the
+    release's start-up (``model/layout_chunked.py``) does."""
+    assert tails_shape(s), "not of the partial-tail templates' shape"
+    sem = get_semantics(s.semantics)
+    scope, cfg, _ = concrete(s, mod, tails=True)
+    on = _val(mod.partial_tails_on(mod.ChunkEnc(scope), cfg, sem.steps))
+    return bool(on), release_layout(s).supports_partial_tail
 
 
 def in_scope(s: Scenario) -> bool:
@@ -71,14 +108,17 @@ def _val(e: z3.ExprRef) -> int | bool:
     return int(v.as_long())
 
 
-def concrete(s: Scenario, mod: ModuleType = encoding_module) -> tuple[Any, Any, Any]:
-    """The encoding's (scope, config, lookup order) for ``s``."""
-    layout = layout_chunked.resolve_layout(s)
+def concrete(s: Scenario, mod: ModuleType = encoding_module,
+             tails: bool | None = None) -> tuple[Any, Any, Any]:
+    """The encoding's (scope, config, lookup order) for ``s``; ``tails``: in the
+    partial-tail templates (default: where its release's start-up turns them on)."""
+    layout = release_layout(s)
     tpcs = [c.tokens_per_chunk for c in layout.groups]
     n = max(s.prompt_tokens // t for t in tpcs)
-    tails = tails_on(s)
+    tails = tails_on(s) if tails is None else tails
     tph = layout.tokens_per_hash
-    hpb = layout.partial_tail_block_size // tph if tails else 0
+    # one block size with partial tails on: the partial-tail block (scheduler.py:597)
+    hpb = s.groups[0].gpu_block_size // tph if tails else 0
     scope = mod.Scope(chunks=max(1, n), max_bpc=layout.blocks_per_chunk, passes=1,
                       hashes_per_block=max(2, hpb))
     iv, bv = z3.IntVal, z3.BoolVal
@@ -115,14 +155,15 @@ def encode_scenario(s: Scenario, mod: ModuleType = encoding_module) -> Encoded:
     scope, cfg, order = concrete(s, mod)
     enc = mod.ChunkEnc(scope)
     d = mod.derive(enc, cfg, order)
-    assert _val(mod.startup(enc, cfg)), "start-up constraints refuse a scenario model/ takes"
+    assert _val(mod.startup(enc, cfg, sem.steps)), \
+        "start-up constraints refuse a scenario model/ takes"
     st = mod.run_pass(enc, cfg, d, sem, mod.initial_state(enc, cfg, d, sem), z3.BoolVal(False))
     passes = 1
     while not _val(mod.finished(st)):
         assert passes < MAX_PASSES, "the loop does not end"
         st = mod.run_pass(enc, cfg, d, sem, st, st.next == mod.NEXT_SW)
         passes += 1
-    r = mod.result_of(enc, cfg, d, st)
+    r = mod.result_of(enc, cfg, d, st, sem.steps)
     deferred, hit = _val(r.deferred), _val(r.hit)
     loads: dict[int, tuple[tuple[int, ...], int | None]] = {}
     if not deferred and hit:

@@ -7,32 +7,32 @@ model). ``mod`` names the tail module, so that a test can hand in a sabotaged co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from types import ModuleType
 from typing import Any
 
 import z3
 
-from model import layout_chunked
 from model.lookup_chunked import HIT, HIT_PENDING, MISS, RETRY, answer
 from model.scenario import Scenario
 from model.semantics import get_semantics
 from proofs import tail_chunked as tail_module
 from proofs import turn_chunked
 from proofs.conformance import _member
+from proofs.conformance_chunked import release_layout
 from proofs.encoding import Enc, Store
 
 CODES = {HIT: 0, HIT_PENDING: 1, RETRY: 2, MISS: 3}
 
 
 def in_scope(s: Scenario) -> bool:
-    """A new request on a layout where 0.33.0 turns partial tails on."""
+    """A new request on a layout where its release turns partial tails on."""
     if (s.block_size_factor != 1 or s.output_tokens or s.context_parallel_size != 1
             or s.valid_hit is not None):
         return False
     try:
-        return layout_chunked.resolve_layout(s).supports_partial_tail
+        return release_layout(s).supports_partial_tail
     except Exception:  # refused layouts are not in scope
         return False
 
@@ -47,8 +47,9 @@ def _table(values: dict[int, int], q: z3.ArithRef) -> z3.ArithRef:
 def concrete_config(s: Scenario, mod: ModuleType = tail_module) -> tuple[Any, int, int]:
     """The tail encoding's configuration for ``s``; bounds on chunk indices and on the
     boundaries tried."""
-    layout = layout_chunked.resolve_layout(s)
-    block, tph = layout.partial_tail_block_size, layout.tokens_per_hash
+    layout = release_layout(s)
+    # one block size: the partial-tail block (scheduler.py:597), where tails are on
+    block, tph = s.groups[0].gpu_block_size, layout.tokens_per_hash
     bound = s.prompt_tokens // block + 2
     iv, bv = z3.IntVal, z3.BoolVal
 
@@ -75,7 +76,8 @@ def concrete_config(s: Scenario, mod: ModuleType = tail_module) -> tuple[Any, in
         stores=stores)
     margin_on = bv(layout.max_eagle_proof_margin > 0)
     tc = mod.TailCfg(base, iv(tph), iv(block // tph), margin_on, tails,
-                     tuple(z3.Int(f"hit_end{g}") for g in range(len(s.groups))))
+                     tuple(z3.Int(f"hit_end{g}") for g in range(len(s.groups))),
+                     get_semantics(s.semantics).steps)
     return tc, bound, 2 * (block // tph) + 1
 
 
@@ -88,6 +90,20 @@ class Encoded:
     unique: bool
     startup: bool
     past_hashes: bool  # a partial-tail key was looked up past the request's hashes
+
+
+def startup_on(s: Scenario, mod: ModuleType = tail_module) -> bool:
+    """Whether the tail encoding's start-up for a whole layout (``startup``, with the
+    release's steps) admits ``s``'s values: for ``s`` of the partial-tail shape
+    (``conformance_chunked.tails_shape``), its twin of the release's start-up turning
+    partial tails on (``model/layout_chunked.py``, ``ChunkSteps.tail_eagle``)."""
+    tc, bound, _ = concrete_config(s, mod)
+    # the proof margin as start-up would set it (model/ sets none where tails are off)
+    tc = replace(tc, margin_on=z3.Bool("eagle_proof_margin_on"))
+    enc = Enc(bound=bound)
+    solver = z3.Solver()
+    solver.add(mod.startup(enc, tc, True), *enc.cons)
+    return bool(solver.check() == z3.sat)
 
 
 def encode_scenario(s: Scenario, passes: int, mod: ModuleType = tail_module) -> Encoded:

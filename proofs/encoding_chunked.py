@@ -37,6 +37,9 @@ import z3
 
 from model.semantics import Semantics
 from proofs.arith import BoundedArith
+from releases.base import ChunkSteps
+
+STOCK = ChunkSteps()  # vLLM 0.33.0's steps (an older release overrides some)
 
 FA, SW, MAMBA = "full_attention", "sliding_window", "mamba"
 HIT, HIT_PENDING, RETRY, MISS = 0, 1, 2, 3
@@ -298,9 +301,10 @@ def derive(enc: ChunkEnc, cfg: ChunkConfig, order: tuple[int, ...] | None = None
                      order, windowed, holds, cfg.tails, margin)
 
 
-def startup(enc: ChunkEnc, cfg: ChunkConfig) -> z3.BoolRef:
+def startup(enc: ChunkEnc, cfg: ChunkConfig, steps: ChunkSteps = STOCK) -> z3.BoolRef:
     """0.33.0's start-up checks (model/layout_chunked.py) and the engine's request rules
-    (``check_request``), for the encoded layouts (``prefix_match_unit`` unset)."""
+    (``check_request``), for the encoded layouts (``prefix_match_unit`` unset); ``steps``:
+    the release's (``tail_eagle``: whether an EAGLE group keeps partial tails on)."""
     n, N, B = len(cfg.kinds), enc.scope.chunks, enc.scope.max_bpc
     c: list[z3.BoolRef] = [x >= 1 for x in cfg.gpu]
     c += [1 <= cfg.bpc, cfg.bpc <= B, cfg.prompt >= 1, cfg.computed >= 0,
@@ -324,18 +328,19 @@ def startup(enc: ChunkEnc, cfg: ChunkConfig) -> z3.BoolRef:
     d = derive(enc, cfg)
     c += [k <= N for k in d.keys]
     if cfg.tails:
-        c.append(partial_tails_on(enc, cfg))
+        c.append(partial_tails_on(enc, cfg, steps))
     return z3.And(c)
 
 
-def partial_tails_on(enc: ChunkEnc, cfg: ChunkConfig) -> z3.BoolRef:
+def partial_tails_on(enc: ChunkEnc, cfg: ChunkConfig, steps: ChunkSteps = STOCK) -> z3.BoolRef:
     """The layouts where start-up enables partial tails (model/layout_chunked.py,
     scheduler.py:274-292), as the tails templates have them: full attention and Mamba
     groups only, Mamba in mode align (prefix caching on: kv_cache_utils.py:878 would
     otherwise back the hash block off to the lcm), ``blocks_per_chunk`` 1, one block size
     (scheduler.py:597: the partial-tail block size), ``prefix_match_unit`` dividing it
     (kv_cache_utils.py:892) and finer than the Mamba block (scheduler.py:276);
-    ``hashes_per_block`` is bounded by the scope."""
+    ``hashes_per_block`` is bounded by the scope. Without ``steps.tail_eagle`` (vLLM
+    0.28.0-0.32.0: 0.32.0's scheduler.py:313) no group is EAGLE."""
     H = enc.scope.hashes_per_block
     assert set(cfg.kinds) <= {FA, MAMBA} and MAMBA in cfg.kinds and len(cfg.kinds) > 1
     block = cfg.gpu[0]
@@ -343,6 +348,8 @@ def partial_tails_on(enc: ChunkEnc, cfg: ChunkConfig) -> z3.BoolRef:
          block == enc.times(cfg.hpb, cfg.tph, H)]
     c += [x == block for x in cfg.gpu]
     c += [z3.And(0 <= a, a <= 3) for grp in cfg.tail_ans for row in grp for a in row]
+    if not steps.tail_eagle:  # an EAGLE group turns partial tails off
+        c += [z3.Not(e) for e in cfg.eagle]
     return z3.And(c)
 
 
@@ -573,7 +580,10 @@ class ChunkResult:
     tail_q: z3.ArithRef = z3.IntVal(0)  # the partial-tail boundary in hash units
 
 
-def result_of(enc: ChunkEnc, cfg: ChunkConfig, d: ChunkDerived, st: ChunkState) -> ChunkResult:
+def result_of(enc: ChunkEnc, cfg: ChunkConfig, d: ChunkDerived, st: ChunkState,
+              steps: ChunkSteps = STOCK) -> ChunkResult:
+    """The connector's answer after the loop ends in ``st``; ``steps``: the release's
+    partial-tail steps (``partial_tail_phase``)."""
     N = enc.scope.chunks
     hit = enc.name(z3.If(st.halted, 0, st.num_hit), "hit")
     end = cfg.computed + hit
@@ -590,7 +600,7 @@ def result_of(enc: ChunkEnc, cfg: ChunkConfig, d: ChunkDerived, st: ChunkState) 
     left: z3.BoolRef = z3.BoolVal(False)
     tail_q: z3.ArithRef = z3.IntVal(0)
     if d.tails:  # scheduler.py:1075: the partial-tail phase runs unless deferred
-        pt = partial_tail_phase(enc, cfg, d, st, hit)
+        pt = partial_tail_phase(enc, cfg, d, st, hit, steps)
         run = z3.Not(deferred)
         tail = enc.name(z3.And(run, pt.found), "tail_hit")
         left = z3.And(run, pt.left)
@@ -663,12 +673,14 @@ class Tail33:
 
 
 def partial_tail_phase(enc: ChunkEnc, cfg: ChunkConfig, d: ChunkDerived, st: ChunkState,
-                       complete_hit: z3.ArithRef) -> Tail33:
+                       complete_hit: z3.ArithRef, steps: ChunkSteps = STOCK) -> Tail33:
     """``_lookup`` after the complete chunks (scheduler.py:1077-1153), as
     ``model.lookup_chunked.lookup`` takes it; ``complete_hit`` is not a deferral. Every
     boundary is a multiple of tokens_per_hash: the search runs in hash units (``_q``: a
     token count divided by tokens_per_hash, rounded down), so a boundary ``b`` is
-    ``b_q * tokens_per_hash`` and ``b > x`` is ``b_q > x_q``."""
+    ``b_q * tokens_per_hash`` and ``b > x`` is ``b_q > x_q``. ``steps``: the release's
+    search end (``tail_search``, ``releases.steps``) and whether it looks the bridge
+    chunk up (``tail_bridge``; vLLM 0.32.0 does not)."""
     N, H = enc.scope.chunks, enc.scope.hashes_per_block
     tph, ptbs = cfg.tph, cfg.gpu[0]  # scheduler.py:597: one block per chunk, one size
     hi = (N + 1) * H  # prompt < (N + 1) * block: every position below hi hash blocks
@@ -677,12 +689,11 @@ def partial_tail_phase(enc: ChunkEnc, cfg: ChunkConfig, d: ChunkDerived, st: Chu
     complete_q = enc.name(enc.floordiv(complete_boundary, tph, hi, 0), "complete_q")
     margin_on = z3.Or([z3.BoolVal(False)] + [m > 0 for m in d.margin])
     margin = z3.If(margin_on, tph, 0)  # _max_eagle_proof_margin (one hash block)
-    search = z3.If(margin_on, 2 * ptbs, ptbs)  # scheduler.py:1083: num_search_blocks
-    block_end = complete_boundary + search
-    mb = zmin(cfg.prompt - 1, block_end - 1)  # scheduler.py:1087
-    # scheduler.py:1088: the proof key needs a hash of this request past the boundary
+    # scheduler.py:1083-1093: the search end before the caps, the release's step (0.33.0:
+    # two search blocks with a margin, and a hash past the boundary for the proof key)
     hashed = enc.round_down(cfg.prompt, tph, hi)
-    mb = z3.If(margin_on, zmin(mb, hashed - margin), mb)
+    mb = steps.tail_search(arith(enc), complete_boundary, ptbs, cfg.prompt, hashed, margin,
+                           margin_on)
     mb = z3.If(cfg.has_new_cap, zmin(mb, local + cfg.new_cap), mb)  # scheduler.py:1095
     mb = z3.If(cfg.has_load_cap, zmin(mb, local + cfg.load_cap), mb)  # scheduler.py:1097
     mb_q = enc.name(enc.floordiv(mb, tph, hi, -1), "max_boundary_q")  # scheduler.py:1102
@@ -692,7 +703,8 @@ def partial_tail_phase(enc: ChunkEnc, cfg: ChunkConfig, d: ChunkDerived, st: Chu
     bridge_q = enc.name(enc.times(bridge_idx + 1, cfg.hpb, N + 1), "bridge_boundary_q")
     pending: z3.BoolRef = z3.BoolVal(False)
     missed: z3.BoolRef = z3.BoolVal(False)
-    check = z3.And(go, mb_q >= bridge_q)  # scheduler.py:1116: loads the bridge too
+    # scheduler.py:1116: loads the bridge too (``steps.tail_bridge``: 0.32.0 has no bridge)
+    check = z3.And(go, mb_q >= bridge_q) if steps.tail_bridge else z3.BoolVal(False)
     for g, kind in enumerate(cfg.kinds):
         if kind == MAMBA:  # scheduler.py:1120: Mamba align reads a CoW copy
             continue

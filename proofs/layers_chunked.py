@@ -67,12 +67,18 @@ from releases.base import ChunkSteps
 if TYPE_CHECKING:
     from proofs.check import Verdict
 
-SCOPE_WORDS = (
-    "every layout 0.33.0 accepts (any number of groups of each kind, each "
-    "with its own block size; any blocks_per_chunk, window, prompt and caps; EAGLE on "
-    f"any group), partial tails off (prefix_match_unit unset); {LAYERED_GPU_HIT_WORDS}; "
-    f"{UNMODELLED_WORDS}"
-)
+
+
+def scope_words(sem: Semantics) -> str:
+    """What the tails-off layered proof covers on ``sem`` (its release's layouts)."""
+    return (
+        f"every layout {sem.base_version} accepts (any number of groups of each kind, each "
+        "with its own block size; any blocks_per_chunk, window, prompt and caps; EAGLE on "
+        f"any group), partial tails off (prefix_match_unit unset); {LAYERED_GPU_HIT_WORDS}; "
+        f"{UNMODELLED_WORDS}"
+    )
+
+
 # the theorems the layered proof covers, and the preconditions it may take
 COVERED = (
     "no-partial-state",
@@ -831,7 +837,7 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int) -> 
         else ("UNKNOWN", "not covered")
     )
     if tail_status[0] == "PROVED":
-        return _with_tails(thm, t0)
+        return _with_tails(thm, sem, t0)
     left = max(1000, timeout_ms - int((time.monotonic() - t0) * 1000))
     bounded = check_chunked.check(thm, sem.name, assumed, left, tails_only=True)
     # why a bound remains for partial tails on: the tail proof did not close
@@ -840,13 +846,13 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int) -> 
         f"close: {tail_status[0]}, {tail_status[1]}"
     )
     scope = (
-        f"{SCOPE_WORDS}; with partial tails on ({why}), within the bounded scope of "
+        f"{scope_words(sem)}; with partial tails on ({why}), within the bounded scope of "
         f"proofs/encoding_chunked.py ({SCOPE.words()})"
     )
     where = (
         "proofs/maximality_layers_chunked.py" if thm == "maximality" else "proofs/layers_chunked.py"
     )
-    note = f"layered proof ({where}): {SCOPE_WORDS}"
+    note = f"layered proof ({where}): {scope_words(sem)}"
     if bounded.status != "PROVED":
         return Verdict(
             bounded.status,
@@ -863,12 +869,12 @@ def check(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int) -> 
     )
 
 
-def _with_tails(thm: str, t0: float) -> Verdict:
+def _with_tails(thm: str, sem: Semantics, t0: float) -> Verdict:
     """The verdict when the tails-off and the tail layered proofs both close: every
-    layout 0.33.0 accepts, partial tails on or off."""
+    layout ``sem``'s release accepts, partial tails on or off."""
     from proofs.check import Verdict
 
-    words = tail_layers_chunked.SCOPE_WORDS
+    words = tail_layers_chunked.scope_words(sem)
     note = (
         "layered proof (proofs/layers_chunked.py: the complete chunks; "
         f"proofs/tail_layers_chunked.py: the partial tail): {words}"

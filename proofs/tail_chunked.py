@@ -34,7 +34,9 @@ import z3
 
 from model.semantics import Semantics
 from proofs import turn_chunked
+from proofs.arith import TurnArith
 from proofs.encoding import NEXT_ALL, NEXT_NONE, Enc, State, select, zmax, zmin
+from releases.base import ChunkSteps
 
 FA, MAMBA = turn_chunked.FA, turn_chunked.MAMBA
 HIT, HIT_PENDING, RETRY, MISS = 0, 1, 2, 3
@@ -51,6 +53,9 @@ class TailCfg:
     # the answer of group g's key ending at hash position q off a block edge
     tails: tuple[Callable[[z3.ArithRef], z3.ArithRef], ...]
     hit_end: tuple[z3.ArithRef, ...]  # lookup_hit_end_chunk_idx after the complete chunks
+    # the release's partial-tail steps (``releases.steps``): the search end
+    # (``tail_search``), the bridge (``tail_bridge``), EAGLE groups (``tail_eagle``)
+    steps: ChunkSteps = turn_chunked.STOCK
 
     @property
     def block(self) -> z3.ArithRef:
@@ -61,7 +66,9 @@ class TailCfg:
         return self.base.kinds
 
 
-def symbolic_tail_config(kinds: Sequence[str], tag: str = "") -> TailCfg:
+def symbolic_tail_config(
+    kinds: Sequence[str], tag: str = "", steps: ChunkSteps = turn_chunked.STOCK
+) -> TailCfg:
     base = turn_chunked.symbolic_config(kinds, tag)
     block = z3.Int(f"block_size{tag}")
     base = replace(
@@ -75,6 +82,7 @@ def symbolic_tail_config(kinds: Sequence[str], tag: str = "") -> TailCfg:
         z3.Bool(f"eagle_proof_margin_on{tag}"),
         tuple(z3.Function(f"tail_answer{g}{tag}", i, i) for g in range(len(kinds))),
         tuple(z3.Int(f"lookup_hit_end_chunk{g}{tag}") for g in range(len(kinds))),
+        steps,
     )
 
 
@@ -82,7 +90,9 @@ def startup(enc: Enc, tc: TailCfg, whole: bool) -> z3.BoolRef:
     """0.33.0's start-up with partial tails on (model/layout_chunked.py ``resolve_layout``,
     scheduler.py:274-292) and the request rules (``check_request``), for these groups:
     ``whole``, the whole layout; else a few groups of an unknown one (then the layout's
-    EAGLE proof margin is on at least when one of these groups sets it)."""
+    EAGLE proof margin is on at least when one of these groups sets it). Without
+    ``steps.tail_eagle`` (vLLM 0.28.0-0.32.0, 0.32.0's scheduler.py:313) an EAGLE group
+    turns partial tails off: no group is EAGLE, no margin."""
     base = tc.base
     assert set(base.kinds) <= {FA, MAMBA}
     eagle_fa = [e for e, k in zip(base.eagle, base.kinds, strict=True) if k == FA]
@@ -93,6 +103,8 @@ def startup(enc: Enc, tc: TailCfg, whole: bool) -> z3.BoolRef:
         c.append(tc.margin_on == z3.Or([z3.BoolVal(False)] + eagle_fa))
     else:
         c.append(z3.Implies(z3.Or([z3.BoolVal(False)] + eagle_fa), tc.margin_on))
+    if not tc.steps.tail_eagle:
+        c += [z3.Not(e) for e in base.eagle] + [z3.Not(tc.margin_on)]
     return z3.And(c)
 
 
@@ -136,11 +148,11 @@ def prologue(enc: Enc, tc: TailCfg, complete_hit: z3.ArithRef) -> Prologue:
     c = tc.base
     local, tph, block = c.computed, tc.tph, tc.block
     cb = local + complete_hit  # scheduler.py:1079
-    search = z3.If(tc.margin_on, 2 * block, block)  # scheduler.py:1083: num_search_blocks
-    mb = zmin(c.prompt - 1, cb + search - 1)  # scheduler.py:1087
-    # scheduler.py:1088: the proof key needs a hash of this request past the boundary
-    hashed = enc.floordiv(c.prompt, tph, "num_hashes") * tph
-    mb = z3.If(tc.margin_on, zmin(mb, hashed - tph), mb)
+    hashed = enc.floordiv(c.prompt, tph, "num_hashes") * tph  # scheduler.py:1092
+    # scheduler.py:1083-1093: the search end before the caps, the release's step (0.33.0:
+    # two search blocks with a margin, one hash block when on, and a hash past the
+    # boundary for the proof key)
+    mb = tc.steps.tail_search(TurnArith(enc), cb, block, c.prompt, hashed, tph, tc.margin_on)
     mb = z3.If(c.has_new_cap, zmin(mb, local + c.new_cap), mb)  # scheduler.py:1095
     mb = z3.If(c.has_load_cap, zmin(mb, local + c.load_cap), mb)  # scheduler.py:1097
     mb = enc.floordiv(mb, tph, "max_boundary_hashes") * tph  # scheduler.py:1102
@@ -153,7 +165,8 @@ def prologue(enc: Enc, tc: TailCfg, complete_hit: z3.ArithRef) -> Prologue:
         go,
         bridge_idx,
         bridge_b,
-        z3.And(go, mb >= bridge_b),  # :1116
+        # :1116 (``steps.tail_bridge``: vLLM 0.32.0 looks no bridge chunk up)
+        z3.And(go, mb >= bridge_b) if tc.steps.tail_bridge else z3.BoolVal(False),
         hashed,
     )
 

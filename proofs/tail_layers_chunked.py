@@ -65,6 +65,9 @@ from proofs.assume import assume, shape
 from proofs.encoding import Enc, State, Store, fresh_state
 from proofs.encoding_chunked import LAYERED_GPU_HIT_WORDS, UNMODELLED_WORDS
 from proofs.witness import Witness
+from releases.base import ChunkSteps
+
+STOCK = turn_chunked.STOCK  # vLLM 0.33.0's steps (0.32.0 overrides the partial tail's)
 
 COVERED = (
     "no-partial-state",
@@ -82,14 +85,33 @@ TAILS_KEEP = (
     "full-chunk-within-windowed",
     "mamba-mode-not-all",
 )
-SCOPE_WORDS = (
-    "every layout 0.33.0 accepts, partial tails on or off (any number of "
-    "groups of each kind, each with its own block size; any blocks_per_chunk, "
-    "window, prompt and caps; EAGLE on any group; with partial tails "
-    "on: any number of full-attention and Mamba groups, any block size and "
-    f"prefix_match_unit, any number of boundaries tried); {LAYERED_GPU_HIT_WORDS}; "
-    f"{UNMODELLED_WORDS}"
-)
+
+
+def scope_words(sem: Semantics) -> str:
+    """What the layered proof covers on ``sem`` (the tails-off proof with this one): its
+    release's layouts, and its partial tail where that differs from 0.33.0's."""
+    steps = sem.steps
+    eagle = (
+        "EAGLE on any group"
+        if steps.tail_eagle
+        else f"EAGLE on any group (one turns partial tails off in {sem.base_version})"
+    )
+    tails = "any number of full-attention and Mamba groups"
+    if not steps.tail_eagle:
+        tails += ", none EAGLE"
+    if steps.tail_search is not STOCK.tail_search:
+        tails += f", the search end of releases.steps.{steps.tail_search.__name__}"
+    if not steps.tail_bridge:
+        tails += ", no bridge chunk looked up"
+    return (
+        f"every layout {sem.base_version} accepts, partial tails on or off (any number of "
+        "groups of each kind, each with its own block size; any blocks_per_chunk, "
+        f"window, prompt and caps; {eagle}; with partial tails "
+        f"on: {tails}, any block size and "
+        f"prefix_match_unit, any number of boundaries tried); {LAYERED_GPU_HIT_WORDS}; "
+        f"{UNMODELLED_WORDS}"
+    )
+
 
 Query = tuple[str, Callable[[], list[z3.BoolRef]]]
 
@@ -198,9 +220,11 @@ def _fresh_bridge(name: str) -> tail_chunked.Bridge:
     return tail_chunked.Bridge(z3.Bool(f"{name}_missed"), z3.Bool(f"{name}_pending"))
 
 
-def _setup(kinds: Sequence[str]) -> tuple[Enc, tail_chunked.TailCfg, list[z3.BoolRef]]:
+def _setup(
+    kinds: Sequence[str], steps: ChunkSteps = STOCK
+) -> tuple[Enc, tail_chunked.TailCfg, list[z3.BoolRef]]:
     enc = Enc()
-    tc = tail_chunked.symbolic_tail_config(kinds)
+    tc = tail_chunked.symbolic_tail_config(kinds, steps=steps)
     return enc, tc, [tail_chunked.startup(enc, tc, whole=False)]
 
 
@@ -212,12 +236,16 @@ def _prologue(
 
 
 def lemma_query(
-    name: str, kind: str, negated: bool = True, sem: Semantics | None = None
+    name: str,
+    kind: str,
+    negated: bool = True,
+    sem: Semantics | None = None,
+    steps: ChunkSteps = STOCK,
 ) -> list[z3.BoolRef]:
     """``name`` on the exact turn of one group of ``kind`` in an unknown layout, from any
     state (``negated`` False: the premises alone, to see them hold); confirmed-hits on
     the complete-chunk turn of ``sem``."""
-    enc, tc, premises = _setup((kind,))
+    enc, tc, premises = _setup((kind,), steps)
     pro, _, more = _prologue(enc, tc)
     before = _fresh_bridge("before")
     if name == "confirmed-hits":
@@ -259,14 +287,14 @@ def lemma_query(
 
 
 def confirmed_hits_kept_query(
-    other: str, sem: Semantics | None, negated: bool = True
+    other: str, sem: Semantics | None, negated: bool = True, steps: ChunkSteps = STOCK
 ) -> list[z3.BoolRef]:
     """confirmed-hits of a full-attention group (group 0) holds at the loop's start
     (:887 sets every lookup_hit_end_chunk_idx to 0) and is kept by the exact turn of
     another group (group 1, of kind ``other``): ``tail_chunked.hit_ends_after``, which the
     composed loop uses, changes only the turn's own group's entry."""
     assert sem is not None
-    enc, tc, premises = _setup((tail_chunked.FA, other))
+    enc, tc, premises = _setup((tail_chunked.FA, other), steps)
     c = tc.base
     d, env = _env(enc, tc)
     st = fresh_state(enc, 2, "pre")
@@ -447,12 +475,14 @@ def rank(pro: tail_chunked.Prologue, st: tail_chunked.Scan) -> z3.ArithRef:
     return z3.If(tail_chunked.running(pro, st), st.cur - pro.cb, 0)
 
 
-def scan_obligations(negated: bool = True) -> list[tuple[str, list[z3.BoolRef]]]:
+def scan_obligations(
+    negated: bool = True, steps: ChunkSteps = STOCK
+) -> list[tuple[str, list[z3.BoolRef]]]:
     """The search ``for boundary in range(max_boundary, complete_boundary, -tph)``
     (scheduler.py:1134) for any number of boundaries: the exact try (``boundary_turn``)
     with whatever its keys answered (``hit``, ``pending`` free). ``negated`` False: the
     premises alone (tests see them hold)."""
-    enc, tc, premises = _setup((tail_chunked.FA,))
+    enc, tc, premises = _setup((tail_chunked.FA,), steps)
     pro, _, more = _prologue(enc, tc)
     mbp = z3.Int("max_boundary_after_bridge")
     bp = z3.Bool("bridge_pending")
@@ -463,7 +493,7 @@ def scan_obligations(negated: bool = True) -> list[tuple[str, list[z3.BoolRef]]]
     keys = z3.Implies(hit, _accepted(pro, bp, s.cur))
     base = premises + more
     start = tail_chunked.scan_start(mbp, bp)
-    steps: list[tuple[str, list[z3.BoolRef], z3.BoolRef]] = [
+    obligations: list[tuple[str, list[z3.BoolRef], z3.BoolRef]] = [
         ("search: the invariant holds at the start", [], scan_invariant(pro, mbp, bp, start)),
         (
             "search: a try of any boundary keeps it",
@@ -483,7 +513,7 @@ def scan_obligations(negated: bool = True) -> list[tuple[str, list[z3.BoolRef]]]
     ]
     return [
         (name, _finish(enc, base + pre + ([z3.Not(claim)] if negated else [])))
-        for name, pre, claim in steps
+        for name, pre, claim in obligations
     ]
 
 
@@ -540,12 +570,12 @@ def _tail_answer(
     return a, [bridge_summary(pro, missed), scan_summary(pro, mbp, z3.Bool("bridge_pending"), scan)]
 
 
-def final_query(thm: str, kind: str, tail: bool) -> list[z3.BoolRef]:
+def final_query(thm: str, kind: str, tail: bool, steps: ChunkSteps = STOCK) -> list[z3.BoolRef]:
     """The property for a group of ``kind`` of an unknown layout with partial tails on,
     from the summaries read exactly, for a partial-tail hit (``tail``); without one the
     answer must be the tails-off answer (``proofs.turn_chunked.result_of`` of the same
     complete-chunk loop state) or a deferral."""
-    enc, tc, premises = _setup((kind,))
+    enc, tc, premises = _setup((kind,), steps)
     c = tc.base
     d, env = _env(enc, tc)
     st = fresh_state(enc, 1, "end")
@@ -566,13 +596,13 @@ def final_query(thm: str, kind: str, tail: bool) -> list[z3.BoolRef]:
 CASES = ("below the bridge", "the bridge")  # above it: tail_end_query
 
 
-def boundary_on_block_query() -> list[z3.BoolRef]:
+def boundary_on_block_query(steps: ChunkSteps = STOCK) -> list[z3.BoolRef]:
     """The complete boundary (the GPU hit plus the complete chunks' answer) is on a
     block: the aligned loop summary (a converged hit ends on the Mamba align size, which
     is the block), or the GPU hit itself when the loop stopped (the connector's: a
     multiple of the block, ``connector_tokens``). ``tail_end_query`` takes it for any
     complete hit."""
-    enc, tc, premises = _setup((tail_chunked.FA,))
+    enc, tc, premises = _setup((tail_chunked.FA,), steps)
     c = tc.base
     d, env = _env(enc, tc)
     st, summary = loop_end(enc, tc, d)
@@ -586,12 +616,12 @@ def boundary_on_block_query() -> list[z3.BoolRef]:
     )
 
 
-def tail_end_query(kind: str) -> list[z3.BoolRef]:
+def tail_end_query(kind: str, steps: ChunkSteps = STOCK) -> list[z3.BoolRef]:
     """A partial-tail hit loads no chunk past the bridge (a group of ``kind``): its
     boundary is at most max_boundary (the summaries), below the complete boundary plus
     two blocks; the complete boundary is on a block (the complete-chunk loop's aligned
     summary, or the GPU hit when it stopped: any ``complete_hit`` with that property)."""
-    enc, tc, premises = _setup((kind,))
+    enc, tc, premises = _setup((kind,), steps)
     pro, ch, more = _prologue(enc, tc)
     k = z3.Int("complete_end_blocks")
     mbp = tail_chunked.after_bridge(tc, pro, z3.Bool("bridge_missed"))
@@ -610,14 +640,14 @@ def tail_end_query(kind: str) -> list[z3.BoolRef]:
     return _finish(enc, premises + more + facts + goal)
 
 
-def stored_only_query(kind: str, case: str) -> list[z3.BoolRef]:
+def stored_only_query(kind: str, case: str, steps: ChunkSteps = STOCK) -> list[z3.BoolRef]:
     """loads-stored-only for a partial-tail hit, at any chunk ``i`` of a group of
     ``kind`` of an unknown layout: a chunk below the complete boundary is one the
     complete chunks' answer loads (a HIT by the tails-off proof of loads-stored-only,
     ``proofs.layers_chunked``: assumed here at ``i``); the bridge chunk was confirmed
     (confirmed-hits) or looked up ready (the bridge loops' readiness); the boundary key
     was accepted (the keys' and the search's summaries)."""
-    enc, tc, premises = _setup((kind,))
+    enc, tc, premises = _setup((kind,), steps)
     c = tc.base
     d, env = _env(enc, tc)
     st, summary = loop_end(enc, tc, d)
@@ -690,10 +720,10 @@ def arithmetic_query() -> list[z3.BoolRef]:
     return [z3.Not(z3.And(exact(q, k, b), ceil_below(q, x, k, b)))]
 
 
-def keys_loaded_query(kind: str) -> list[z3.BoolRef]:
+def keys_loaded_query(kind: str, steps: ChunkSteps = STOCK) -> list[z3.BoolRef]:
     """A partial-tail hit's boundary key of a group of ``kind`` answered HIT: the search's
     summary (the boundary was accepted) and the keys' summary for this group."""
-    enc, tc, premises = _setup((kind,))
+    enc, tc, premises = _setup((kind,), steps)
     pro, ch, more = _prologue(enc, tc)
     mbp = tail_chunked.after_bridge(tc, pro, z3.Bool("bridge_missed"))
     bp = z3.Bool("bridge_pending")
@@ -707,10 +737,10 @@ def keys_loaded_query(kind: str) -> list[z3.BoolRef]:
     return _finish(enc, premises + more + facts + [a.tail, z3.Not(ok)])
 
 
-def same_violation_query(thm: str, kind: str) -> list[z3.BoolRef]:
+def same_violation_query(thm: str, kind: str, steps: ChunkSteps = STOCK) -> list[z3.BoolRef]:
     """Without a partial-tail hit, an answer's violation (its load: ``tail_chunked.
     load_plan``) is the tails-off encoding's for the same answer (``turn_chunked``)."""
-    enc, tc, premises = _setup((kind,))
+    enc, tc, premises = _setup((kind,), steps)
     d, env = _env(enc, tc)
     deferred, hit = z3.Bool("answer_deferred"), z3.Int("answer_hit")
     a = tail_chunked.Answer(deferred, hit, z3.BoolVal(False), z3.Int("answer_boundary"))
@@ -730,13 +760,13 @@ def _precondition(name: str, enc: Enc, cfg: turn_chunked.Cfg, d: turn_chunked.D)
     return precondition(name, enc, cfg, d)
 
 
-def layouts_query(assumed: Sequence[str] = ()) -> list[z3.BoolRef]:
+def layouts_query(assumed: Sequence[str] = (), steps: ChunkSteps = STOCK) -> list[z3.BoolRef]:
     """A layout with partial tails on (under the theorem's preconditions that not every
     such layout keeps: no-eagle, caps-reach-prompt) is one the tails-off proof covers:
     the same start-up constraints (``turn_chunked.startup`` is part of
     ``tail_chunked.startup``), align-divides-blocks (every chunk is the Mamba chunk) and
     the preconditions the theorem's tails-off proof takes (``assumed``)."""
-    enc, tc, premises = _setup((tail_chunked.FA, tail_chunked.MAMBA))
+    enc, tc, premises = _setup((tail_chunked.FA, tail_chunked.MAMBA), steps)
     d = turn_chunked.derive(enc, tc.base, turn_chunked.symbolic_env())
     names = dict.fromkeys(("align-divides-blocks", *assumed))
     pre = {p: _precondition(p, enc, tc.base, d) for p in names}
@@ -746,7 +776,9 @@ def layouts_query(assumed: Sequence[str] = ()) -> list[z3.BoolRef]:
     return _finish(enc, premises + taken + [d.align_on == z3.BoolVal(True)] + c + [z3.Not(goal)])
 
 
-def maximality_query(kind: str, tail: bool, negated: bool = True) -> list[z3.BoolRef]:
+def maximality_query(
+    kind: str, tail: bool, negated: bool = True, steps: ChunkSteps = STOCK
+) -> list[z3.BoolRef]:
     """maximality for a group of ``kind`` of an unknown layout with partial tails on and
     a valid hit ``h*`` (``proofs.maximality_layers_chunked.valid_hit``, the rules of the
     whole request and this group's): the complete-chunk loop ends as the tails-off
@@ -758,7 +790,7 @@ def maximality_query(kind: str, tail: bool, negated: bool = True) -> list[z3.Boo
     the premises alone (tests see them hold)."""
     from proofs import maximality_layers_chunked
 
-    enc, tc, premises = _setup((kind,))
+    enc, tc, premises = _setup((kind,), steps)
     c = tc.base
     d, env = _env(enc, tc)
     st, h = fresh_state(enc, 1, "end"), z3.Int("valid_hit")
@@ -778,11 +810,11 @@ def maximality_query(kind: str, tail: bool, negated: bool = True) -> list[z3.Boo
     return _finish(enc, premises + env + facts + goal)
 
 
-def same_load_query(kind: str) -> list[z3.BoolRef]:
+def same_load_query(kind: str, steps: ChunkSteps = STOCK) -> list[z3.BoolRef]:
     """Without a partial-tail hit, a group's load (``tail_chunked.load_plan``) is the
     tails-off encoding's (``turn_chunked.load_plan``) for the same hit: loads-stored-only
     of such an answer is the tails-off theorem."""
-    enc, tc, premises = _setup((kind,))
+    enc, tc, premises = _setup((kind,), steps)
     d, env = _env(enc, tc)
     deferred, hit = z3.Bool("answer_deferred"), z3.Int("answer_hit")
     a = tail_chunked.Answer(deferred, hit, z3.BoolVal(False), z3.Int("answer_boundary"))
@@ -870,7 +902,9 @@ def proof_queries(
     thm: str, sem: Semantics | None = None, assumed: Sequence[str] = ()
 ) -> list[Query]:
     """Every query of the tail proof for ``thm`` (``sem``: loads-stored-only's
-    confirmed-hits lemma is about the complete-chunk turn of a semantics)."""
+    confirmed-hits lemma is about the complete-chunk turn of a semantics; its steps
+    are the partial tail's, ``variant``)."""
+    steps = STOCK if sem is None else sem.steps
     stored = thm == "loads-stored-only"
     loops = bridge_obligations(stored) + key_obligations()
     # every fact the bridge and key loops assume is one of the tail lemmas below (asked
@@ -895,7 +929,7 @@ def proof_queries(
                     out.append(
                         (
                             f"tail lemma {name} ({kind}, {getattr(sem, 'name', sem)})",
-                            partial(lemma_query, name, kind, True, sem),
+                            partial(lemma_query, name, kind, True, sem, steps),
                         )
                     )
                     for other in (tail_chunked.FA, tail_chunked.MAMBA):  # and only their own entry
@@ -903,55 +937,57 @@ def proof_queries(
                             (
                                 f"tail lemma {name}: at the start and kept by another "
                                 f"group's turn ({other}, {getattr(sem, 'name', sem)})",
-                                partial(confirmed_hits_kept_query, other, sem),
+                                partial(confirmed_hits_kept_query, other, sem, steps=steps),
                             )
                         )
                 continue
-            out.append((f"tail lemma {name} ({kind})", partial(lemma_query, name, kind)))
-    for name, q in loops + scan_obligations():
+            out.append(
+                (f"tail lemma {name} ({kind})", partial(lemma_query, name, kind, steps=steps))
+            )
+    for name, q in loops + scan_obligations(steps=steps):
         out.append((name, partial(list, q)))
     for kind in (tail_chunked.FA, tail_chunked.MAMBA):
         out.append(
             (
                 f"a partial-tail hit's boundary keys are HITs ({kind})",
-                partial(keys_loaded_query, kind),
+                partial(keys_loaded_query, kind, steps),
             )
         )
     out.append(
         (
             "layouts with partial tails on are covered by the tails-off proof "
             f"({', '.join(assumed) or 'no precondition'})",
-            partial(layouts_query, tuple(assumed)),
+            partial(layouts_query, tuple(assumed), steps),
         )
     )
     if stored:
         out.append(("arithmetic: exact division, a ceiling below a multiple", arithmetic_query))
-        out.append(("the complete boundary is on a block", boundary_on_block_query))
+        out.append(("the complete boundary is on a block", partial(boundary_on_block_query, steps)))
         for kind in (tail_chunked.FA, tail_chunked.MAMBA):
             for case in CASES:
                 out.append(
                     (
                         f"loads-stored-only with a partial-tail hit: a chunk {case} ({kind})",
-                        partial(stored_only_query, kind, case),
+                        partial(stored_only_query, kind, case, steps),
                     )
                 )
             out.append(
                 (
                     f"loads-stored-only with a partial-tail hit: no chunk past the bridge ({kind})",
-                    partial(tail_end_query, kind),
+                    partial(tail_end_query, kind, steps),
                 )
             )
             out.append(
                 (
                     f"loads-stored-only: no partial-tail hit, the same answer as tails "
                     f"off ({kind})",
-                    partial(final_query, "no-partial-state", kind, False),
+                    partial(final_query, "no-partial-state", kind, False, steps),
                 )
             )
             out.append(
                 (
                     f"loads-stored-only: no partial-tail hit, the same load as tails off ({kind})",
-                    partial(same_load_query, kind),
+                    partial(same_load_query, kind, steps),
                 )
             )
     elif thm == "maximality":
@@ -960,7 +996,7 @@ def proof_queries(
                 out.append(
                     (
                         f"maximality {'with' if tail else 'without'} a partial-tail hit ({kind})",
-                        partial(maximality_query, kind, tail),
+                        partial(maximality_query, kind, tail, steps=steps),
                     )
                 )
     elif thm != "termination":
@@ -971,21 +1007,39 @@ def proof_queries(
         )
         for kind in kinds:
             out.append(
-                (f"{thm} with a partial-tail hit ({kind})", partial(final_query, thm, kind, True))
+                (
+                    f"{thm} with a partial-tail hit ({kind})",
+                    partial(final_query, thm, kind, True, steps),
+                )
             )
             out.append(
                 (
                     f"{thm}: no partial-tail hit, the same answer as tails off ({kind})",
-                    partial(final_query, thm, kind, False),
+                    partial(final_query, thm, kind, False, steps),
                 )
             )
             out.append(
                 (
                     f"{thm}: no partial-tail hit, the same violation as tails off ({kind})",
-                    partial(same_violation_query, thm, kind),
+                    partial(same_violation_query, thm, kind, steps),
                 )
             )
-    return out
+    # a query of another partial tail is another query (``prove`` keeps proved names)
+    v = variant(steps)
+    return [(name if name == _assume.AUDIT else name + v, q) for name, q in out]
+
+
+def variant(steps: ChunkSteps) -> str:
+    """How ``steps``' partial tail differs from vLLM 0.33.0's ("" where it does not), for
+    the query names: the search end, the bridge, EAGLE groups."""
+    parts = []
+    if steps.tail_search is not STOCK.tail_search:
+        parts.append(f"search {steps.tail_search.__name__}")
+    if steps.tail_bridge != STOCK.tail_bridge:
+        parts.append("bridge" if steps.tail_bridge else "no bridge")
+    if steps.tail_eagle != STOCK.tail_eagle:
+        parts.append("EAGLE tails" if steps.tail_eagle else "no EAGLE tails")
+    return f" [{'; '.join(parts)}]" if parts else ""
 
 
 _PROVED: set[str] = set()
@@ -1080,7 +1134,8 @@ def _witness_query(
     positions = WITNESS_BLOCKS * block // tph + 2
     codes = [[z3.Int(f"tail_answer{g}_{q}") for q in range(positions)] for g in kinds]
     tc = replace(
-        tail_chunked.symbolic_tail_config(kinds), tails=tuple(partial(_table, row) for row in codes)
+        tail_chunked.symbolic_tail_config(kinds, steps=sem.steps),
+        tails=tuple(partial(_table, row) for row in codes),
     )
     cons = [
         tc.block == block,

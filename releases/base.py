@@ -22,8 +22,9 @@ Kind = Literal["release", "fix", "alternative"]
 
 LastToken = Callable[[Arith, Any, Any], Any]
 AfterCut = Callable[[Arith, Any, Any, Any, str], Any]
-# (arith, complete boundary, partial-tail block, prompt tokens, hashed tokens, margin)
-TailSearch = Callable[[Arith, Any, Any, Any, Any, Any], Any]
+# (arith, complete boundary, partial-tail block, prompt tokens, hashed tokens, margin,
+# whether the margin is on: margin > 0)
+TailSearch = Callable[[Arith, Any, Any, Any, Any, Any, Any], Any]
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,10 @@ A release module names the step it uses (``releases.base.ChunkSteps``); ``model/
 on integers (``releases.arith.INT``: ``model.lookup_chunked``), ``proofs/`` on Z3 terms
 (``proofs.arith``: the layered turn ``proofs.turn_chunked`` and the bounded encoding
 ``proofs.encoding_chunked``), so editing a step here changes the model and both encodings.
-Lines are vLLM 0.33.0's ``offloading/scheduler.py``.
+Lines are vLLM 0.33.0's ``offloading/scheduler.py``. The partial tail's search end
+(``tail_search_*``) runs in the model (``model.lookup_chunked.lookup``), the bounded
+encoding (``proofs.encoding_chunked.partial_tail_phase``) and the layered tail
+(``proofs.tail_chunked.prologue``).
 """
 
 from __future__ import annotations
@@ -42,17 +45,18 @@ def reround_after_cut(a: Arith, max_hit: Any, align_on: Any, align: Any, label: 
 
 
 def tail_search_with_proofs(a: Any, complete_boundary: Any, block: Any, prompt_tokens: Any,
-                            hashed_tokens: Any, margin: Any) -> Any:
+                            hashed_tokens: Any, margin: Any, has_margin: Any) -> Any:
     """vLLM 0.33.0, the partial tail's search end before the caps (scheduler.py:1083-1093):
-    with an EAGLE proof margin the tail may lie one block further (two search blocks), and
-    its proof key needs a hash past the boundary (``hashed_tokens - margin``)."""
-    blocks = a.ite(margin > 0, 2, 1)
-    end = a.min(prompt_tokens - 1, complete_boundary + blocks * block - 1)
-    return a.ite(margin > 0, a.min(end, hashed_tokens - margin), end)
+    with an EAGLE proof margin (``has_margin``: ``margin > 0``) the tail may lie one block
+    further (two search blocks), and its proof key needs a hash past the boundary
+    (``hashed_tokens - margin``)."""
+    search = a.ite(has_margin, 2 * block, block)  # num_search_blocks * block: linear
+    end = a.min(prompt_tokens - 1, complete_boundary + search - 1)
+    return a.ite(has_margin, a.min(end, hashed_tokens - margin), end)
 
 
 def tail_search_one_block(a: Any, complete_boundary: Any, block: Any, prompt_tokens: Any,
-                          hashed_tokens: Any, margin: Any) -> Any:
+                          hashed_tokens: Any, margin: Any, has_margin: Any) -> Any:
     """vLLM 0.28.0-0.32.0 (0.32.0's scheduler.py:979-980): one search block past the
     complete boundary, no proof margin (those releases turn partial tails off when a group
     is EAGLE), so no cap by the request's hashes."""

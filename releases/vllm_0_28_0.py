@@ -16,9 +16,9 @@ cross-check).
 
 Scenario fields: 0.29.0's (neither cap; mode ``all``).
 
-Proofs: as 0.29.0 - 0.32.0, ``expect`` is empty: no theorem claims. Its evidence is the
-cross-check against the real 0.28.0 scheduler (``python -m sim.crosscheck --vllm
-0.28.0``).
+Proofs: as 0.29.0 - 0.31.0, ``expect`` is empty: no theorem claims (0.29.0's module
+doc says what the encodings lack). Its evidence is the cross-check against the real
+0.28.0 scheduler (``python -m sim.crosscheck --vllm 0.28.0``).
 """
 
 from releases import vllm_0_29_0

@@ -25,8 +25,11 @@ EAGLE fallback when speculative decoding tags no group (:230-231: every group is
 
 Scenario fields: 0.30.0's less ``max_num_new_tokens`` (so neither cap).
 
-Proofs: as 0.30.0 - 0.32.0, ``expect`` is empty: no theorem claims. Its evidence is the
-cross-check against the real 0.29.0 scheduler (``python -m sim.crosscheck --vllm 0.29.0``).
+Proofs: as 0.30.0 and 0.31.0, ``expect`` is empty: no theorem claims (mode "all",
+0.31.0's module doc; nor do the encodings read C4's ``eagle_query_all`` or C5's
+``load_windows``: their complete-chunk turns are 0.33.0's). Its evidence is the
+cross-check against the real 0.29.0 scheduler (``python -m sim.crosscheck --vllm
+0.29.0``).
 """
 
 from dataclasses import replace

@@ -20,9 +20,9 @@ Override of 0.31.0 (docs/releases-overrides.md C2; lines of 0.30.0, cited in
 
 Scenario fields: 0.31.0's less ``max_load_tokens``.
 
-Proofs: as 0.32.0 and 0.31.0, ``expect`` is empty (the encodings do not model the simple
-partial tail nor mode "all"): no theorem claims. Its evidence is the cross-check against
-the real 0.30.0 scheduler (``python -m sim.crosscheck --vllm 0.30.0``).
+Proofs: as 0.31.0, ``expect`` is empty (the encodings do not model mode "all", its
+module doc): no theorem claims. Its evidence is the cross-check against the real 0.30.0
+scheduler (``python -m sim.crosscheck --vllm 0.30.0``).
 """
 
 from dataclasses import replace

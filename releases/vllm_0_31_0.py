@@ -27,10 +27,19 @@ under "0.31.0"):
 Scenario fields: 0.32.0's (``max_num_new_tokens``, ``max_load_tokens``,
 ``blocks_per_chunk``, pending / deferred answers, tails), and mode ``all``.
 
-Proofs: as 0.32.0, the Z3 encodings do not model 0.32.0's partial tail (nor mode "all"),
-so ``expect`` is empty: ``python -m proofs`` and the report claim nothing for 0.31.0.
-Its evidence is the cross-check against the real 0.31.0 scheduler
-(``python -m sim.crosscheck --vllm 0.31.0``).
+Proofs: ``expect`` is empty: ``python -m proofs`` and the report claim nothing for
+0.31.0. The encodings read its parent's partial-tail steps (``releases/vllm_0_32_0.py``)
+but not C3: they take a Mamba group with prefix caching on as mode align and have no
+mode "all". In the model an "all" group differs from an align one only at start-up (it
+joins the Mamba align size as align does; it backs the hash size off to the scheduler
+block, kv_cache_utils.py:785; not being a CoW source it turns partial tails off,
+scheduler.py:289), so the claims would carry over, but nothing checks that yet: no
+start-up rule of either encoding reads ``ChunkSteps.mamba_all`` and the conformance
+generators (``tests/gen_chunked.py``) draw no mode "all" group, so dropping the override
+from the encodings could not fail a test. C11 (GPU hits on the scheduler block) is the
+encodings' GPU-hit scope already; C12 (a single group's hash size is its block) is
+their layout with ``prefix_match_unit`` unset. Its evidence is the cross-check against
+the real 0.31.0 scheduler (``python -m sim.crosscheck --vllm 0.31.0``).
 """
 
 from dataclasses import replace

@@ -32,10 +32,23 @@ Scenario fields: 0.33.0's (``max_num_new_tokens``, ``max_load_tokens``,
 ``blocks_per_chunk``, pending / deferred answers, tails); mode ``all`` is refused as in
 0.33.0 (config/cache.py:63).
 
-Proofs: the Z3 encodings do not model these overrides yet, so ``expect`` is empty (the
-parent's expectations are cleared, not inherited): ``python -m proofs`` and the report
-claim nothing for 0.32.0. Its evidence is the cross-check against the real 0.32.0
-scheduler (``python -m sim.crosscheck --vllm 0.32.0``).
+Proofs: 0.33.0's expectations, inherited. Both Z3 encodings read the three overrides
+from ``steps``: the bounded one (``proofs.encoding_chunked``: ``partial_tails_on``
+refuses an EAGLE group, ``partial_tail_phase`` runs ``tail_search`` and looks the bridge
+up only with ``tail_bridge``) and the layered tail (``proofs.tail_chunked``: ``startup``,
+``prologue``; ``proofs.tail_layers_chunked`` asks its queries with these steps). The
+complete-chunk steps are 0.33.0's, so the tails-off layered proof is 0.33.0's. Only
+``tail_eagle`` changes an answer (without an EAGLE group there is no proof margin, and
+0.33.0's search is then one block with its bridge past it), which the conformance tests
+pin from either side (``tests/test_conformance_chunked_releases.py``). Each verdict of
+``python -m proofs --semantics vllm-0.32.0`` matches: loads-stored-only,
+leaves-last-token and termination proved over every layout 0.32.0 accepts, partial tails
+on or off; no-partial-state, whole-blocks and maximality proved under their
+preconditions, and over the accepted layouts each has the counterexample 0.33.0 has
+(the same layout, tails off: finding 001's, a full-attention block above the Mamba
+block, a load cap), replayed through model/ and answered the same by the real 0.32.0
+scheduler (``python -m sim.crosscheck --vllm 0.32.0 --light --scenarios DIR``: 3 agree,
+none refused).
 """
 
 from dataclasses import replace
@@ -49,6 +62,5 @@ SEMANTICS = child(
                   tail_bridge=False, tail_eagle=False),
     summary="vLLM 0.32.0: 0.33.0's chunked lookup with the simple partial tail (one "
     "search block keyed at the boundary, no bridge chunk lookup) and no partial tails "
-    "when a group is EAGLE; not in the proofs (no theorem claims).",
-    inherit_expect=False,  # the encodings do not model the overrides (module doc)
+    "when a group is EAGLE.",
 )

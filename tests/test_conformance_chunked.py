@@ -232,7 +232,11 @@ ENCODING_SABOTAGES = {
         "deferred = z3.Or(deferred, z3.And(run, z3.Not(pt.found), pt.pending, hit == 0))",
         ""),
     # scheduler.py:1088: with an EAGLE margin the boundary leaves a hash for the proof key
-    "tail-proof-hash": ("mb = z3.If(margin_on, zmin(mb, hashed - margin), mb)", ""),
+    # (the release's step, releases/steps.py: the encoding must run it, not its own search)
+    "tail-proof-hash": (
+        "mb = steps.tail_search(arith(enc), complete_boundary, ptbs, cfg.prompt, hashed, margin,\n"
+        "                           margin_on)",
+        "mb = zmin(cfg.prompt - 1, complete_boundary + z3.If(margin_on, 2 * ptbs, ptbs) - 1)"),
 }
 
 

@@ -205,16 +205,27 @@ SABOTAGES = {
         "    return z3.If(tc.base.eagle[g], tc.tph, 0)",
         "    return z3.IntVal(0)",
     ),
-    # scheduler.py:1083: two search blocks with an EAGLE margin
-    "eagle-search-blocks": ("search = z3.If(tc.margin_on, 2 * block, block)", "search = block"),
+    # scheduler.py:1083: two search blocks with an EAGLE margin (the release's step,
+    # releases/steps.py: the encoding must run it; here one block, the hash cap kept)
+    "eagle-search-blocks": (
+        "    mb = tc.steps.tail_search(TurnArith(enc), cb, block, c.prompt, hashed, tph, "
+        "tc.margin_on)",
+        "    mb = zmin(zmin(c.prompt - 1, cb + block - 1), z3.If(tc.margin_on, hashed - tph, "
+        "c.prompt))",
+    ),
     # scheduler.py:1130: a bridge miss lowers max_boundary below the bridge
     "bridge-miss": ("    return z3.If(missed, pro.bridge_b - tc.tph, pro.mb)", "    return pro.mb"),
     # scheduler.py:1095: max_num_new_tokens caps max_boundary
     "new-tokens-cap": ("    mb = z3.If(c.has_new_cap, zmin(mb, local + c.new_cap), mb)", ""),
     # scheduler.py:1097: max_load_tokens caps max_boundary
     "load-cap": ("    mb = z3.If(c.has_load_cap, zmin(mb, local + c.load_cap), mb)", ""),
-    # scheduler.py:1088: the EAGLE proof key needs a hash past the boundary
-    "eagle-hash-cap": ("    mb = z3.If(tc.margin_on, zmin(mb, hashed - tph), mb)", ""),
+    # scheduler.py:1088: the EAGLE proof key needs a hash past the boundary (the step's;
+    # here two search blocks without the cap)
+    "eagle-hash-cap": (
+        "    mb = tc.steps.tail_search(TurnArith(enc), cb, block, c.prompt, hashed, tph, "
+        "tc.margin_on)",
+        "    mb = zmin(c.prompt - 1, cb + z3.If(tc.margin_on, 2 * block, block) - 1)",
+    ),
     # scheduler.py:1150: a pending key defers a request with no complete hit
     "deferral": ("z3.And(z3.Not(tail), st.pending, complete_hit == 0)", "z3.BoolVal(False)"),
     # model/invariants.py whole_blocks: a partial-tail hit ends inside a block by design

@@ -62,8 +62,8 @@ def test_first_screen_holds_invariant_matrix_scope_and_preconditions(
     newest = releases.newest().name
     for r in report["results"]:
         # the newest release and its fixes on the first screen, the rest a page later
-        on_first = r["semantics"] == newest or releases.get(r["semantics"]).parent in (
-            newest, *releases.fixes(of=newest))
+        # (an older release built on the newest, as vLLM 0.32.0 on 0.33.0, is not a fix)
+        on_first = r["semantics"] in (newest, *releases.fixes(of=newest))
         page = first if on_first else pages["spec/releases.md"]
         assert f"[`{r['theorem']}`]" in page and f"`{r['semantics']}`" in page
     assert "**Proof scope:**" in first
