@@ -39,6 +39,7 @@ from tests import gen_chunked as gen
 from tests import test_conformance_chunked as bounded
 from tests import test_proof_tails_chunked as layered
 from tests.sabotage import sabotaged_copy
+from tests.subset import part
 
 ROOT = Path(__file__).resolve().parents[1]
 V032 = releases.by_version("0.32.0")
@@ -113,11 +114,12 @@ def test_the_tail_gate_conforms() -> None:
 @pytest.mark.timeout(1200)
 def test_the_tail_gate_conforms_many() -> None:
     seen: Counter[str] = Counter()
-    for s in _shaped(400, 1):
+    for s in _shaped(part(400), 1):  # CONFORMANCE_SHARE (tests/subset.py)
         _agree(s)
         on = tails_gate(s)[1]
         seen[f"{s.semantics}: tails {'on' if on else 'off'}"] += 1
-    assert seen[f"{V032.name}: tails off"] >= 10 and seen[f"{V032.name}: tails on"] >= 10, seen
+    assert (seen[f"{V032.name}: tails off"] >= part(10)
+            and seen[f"{V032.name}: tails on"] >= part(10)), seen
     print(dict(seen))
 
 
