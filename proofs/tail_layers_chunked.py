@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -856,25 +856,31 @@ def lemma_premises(name: str, kind: str, sem: Semantics, other: str | None = Non
     return premises_chunked.holds(build, key, p, sem, tc.base, env, tc.tph)
 
 
-def premises_query(sem: Semantics, stored: bool) -> list[z3.BoolRef]:
-    """Every tail lemma query (``stored``: loads-stored-only's too) has satisfiable
-    premises on the pinned request (``proofs.premises_chunked``)."""
-    checks: list[premises_chunked.Check] = []
+def lemma_cases(stored: bool) -> Iterator[tuple[str, str, str | None]]:
+    """(lemma, group kind, other) of every tail lemma query, in the proof's order
+    (``stored``: loads-stored-only's lemmas too). ``other`` is None for the lemma's own
+    query; for confirmed-hits (only full-attention groups confirm, :957) it is also the
+    kind of the group whose turn must keep it."""
     for name in LEMMAS:
         if name in STORED_ONLY and not stored:
             continue
         for kind in (tail_chunked.FA, tail_chunked.MAMBA):
-            if name == "confirmed-hits":
-                if kind == tail_chunked.FA:  # only full-attention groups confirm (:957)
-                    checks.append((f"tail lemma {name} ({kind})",
-                                   partial(lemma_premises, name, kind, sem)))
-                    for other in (tail_chunked.FA, tail_chunked.MAMBA):
-                        checks.append((f"tail lemma {name}: kept by another group's turn "
-                                       f"({other})",
-                                       partial(lemma_premises, name, kind, sem, other)))
-                continue
-            checks.append((f"tail lemma {name} ({kind})",
-                           partial(lemma_premises, name, kind, sem)))
+            if name != "confirmed-hits":
+                yield name, kind, None
+            elif kind == tail_chunked.FA:
+                yield name, kind, None
+                for other in (tail_chunked.FA, tail_chunked.MAMBA):
+                    yield name, kind, other
+
+
+def premises_query(sem: Semantics, stored: bool) -> list[z3.BoolRef]:
+    """Every tail lemma query (``stored``: loads-stored-only's too) has satisfiable
+    premises on the pinned request (``proofs.premises_chunked``)."""
+    checks: list[premises_chunked.Check] = [
+        (f"tail lemma {name} ({kind})" if other is None
+         else f"tail lemma {name}: kept by another group's turn ({other})",
+         partial(lemma_premises, name, kind, sem, other))
+        for name, kind, other in lemma_cases(stored)]
     return premises_chunked.query(PREMISES, checks, sem)
 
 
@@ -920,30 +926,18 @@ def proof_queries(
         for kind in (tail_chunked.FA, tail_chunked.MAMBA):
             out.append((f"{LOCAL_TAIL} with partial tails on ({kind})",
                         partial(local_tail_query, thm, kind)))
-    for name in LEMMAS:
-        if name in STORED_ONLY and not stored:
-            continue
-        for kind in (tail_chunked.FA, tail_chunked.MAMBA):
-            if name == "confirmed-hits":
-                if kind == tail_chunked.FA:  # only full-attention groups confirm (:957)
-                    out.append(
-                        (
-                            f"tail lemma {name} ({kind}, {getattr(sem, 'name', sem)})",
-                            partial(lemma_query, name, kind, True, sem, steps),
-                        )
-                    )
-                    for other in (tail_chunked.FA, tail_chunked.MAMBA):  # and only their own entry
-                        out.append(
-                            (
-                                f"tail lemma {name}: at the start and kept by another "
-                                f"group's turn ({other}, {getattr(sem, 'name', sem)})",
-                                partial(confirmed_hits_kept_query, other, sem, steps=steps),
-                            )
-                        )
-                continue
-            out.append(
-                (f"tail lemma {name} ({kind})", partial(lemma_query, name, kind, steps=steps))
-            )
+    label = getattr(sem, "name", sem)
+    for name, kind, other in lemma_cases(stored):
+        if other is not None:  # and only their own entry
+            out.append((f"tail lemma {name}: at the start and kept by another group's turn "
+                        f"({other}, {label})",
+                        partial(confirmed_hits_kept_query, other, sem, steps=steps)))
+        elif name == "confirmed-hits":
+            out.append((f"tail lemma {name} ({kind}, {label})",
+                        partial(lemma_query, name, kind, True, sem, steps)))
+        else:
+            out.append((f"tail lemma {name} ({kind})",
+                        partial(lemma_query, name, kind, steps=steps)))
     for name, q in loops + scan_obligations(steps=steps):
         out.append((name, partial(list, q)))
     for kind in (tail_chunked.FA, tail_chunked.MAMBA):
