@@ -275,15 +275,21 @@ def row_line(r: Row) -> str:
             f"{'yes' if r.matches else 'NO':<7}{r.verdict.seconds:>8.2f}{extra}")
 
 
+def _say(line: str, stream: Any) -> None:
+    """``line`` and its newline in one write: pool processes share the stream, and
+    ``print`` writes the two apart (unbuffered, another process's line came between)."""
+    stream.write(line + "\n")
+    stream.flush()
+
+
 def _print_row(r: Row, progress: Any = None) -> None:
-    print(row_line(r), file=progress or sys.stdout, flush=True)
+    _say(row_line(r), progress or sys.stdout)
     if r.verdict.note and not r.matches:
-        print(f"    {r.verdict.note}", file=sys.stderr, flush=True)
+        _say(f"    {r.verdict.note}", sys.stderr)
     if r.accepted is not None and r.accepted.note and not r.accepted_matches:
-        print(f"    over the layouts the release accepts: {r.accepted.note}", file=sys.stderr,
-              flush=True)
+        _say(f"    over the layouts the release accepts: {r.accepted.note}", sys.stderr)
     if r.witness is not None and not r.witness.found:
-        print(f"    no witness: {r.witness.note}", file=sys.stderr, flush=True)
+        _say(f"    no witness: {r.witness.note}", sys.stderr)
 
 
 def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
