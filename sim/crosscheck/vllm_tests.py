@@ -67,18 +67,34 @@ def sdist_candidates(version: str) -> list[Path]:
     return [d / name for d in dirs]
 
 
+def index_url() -> str:
+    """The package index pip is set up to use (``PIP_INDEX_URL``, pip's configuration,
+    else pip's default)."""
+    if url := os.environ.get("PIP_INDEX_URL"):
+        return url.rstrip("/")
+    out = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"],
+                         capture_output=True, text=True, check=False)
+    if out.returncode == 0 and out.stdout.strip():
+        return out.stdout.strip().rstrip("/")
+    from pip._internal.models.index import PyPI  # pip's own default index
+    return PyPI.simple_url.rstrip("/")
+
+
 def fetch_sdist(version: str, dest_dir: Path) -> Path:
-    """vLLM ``version``'s source distribution from PyPI (its JSON API names the file and
-    its sha256)."""
-    with urllib.request.urlopen(f"https://pypi.org/pypi/vllm/{version}/json",
-                                timeout=60) as resp:
+    """vLLM ``version``'s source distribution from the package index, through its simple
+    JSON API (PEP 691), which names the file and its sha256."""
+    req = urllib.request.Request(f"{index_url()}/vllm/",
+                                 headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
         info = json.load(resp)
-    sdists = [u for u in info["urls"] if u["packagetype"] == "sdist"]
+    name = f"vllm-{version}.tar.gz"
+    sdists = [f for f in info["files"] if f["filename"] == name]
     if not sdists:
-        raise BadInput(f"--vllm: PyPI has no source distribution of vLLM {version}")
-    url, sha = sdists[0]["url"], sdists[0]["digests"]["sha256"]
+        raise BadInput(f"--vllm: the package index has no source distribution of vLLM "
+                       f"{version}")
+    url, sha = sdists[0]["url"], sdists[0]["hashes"]["sha256"]
     dest_dir.mkdir(parents=True, exist_ok=True)
-    dest = dest_dir / f"vllm-{version}.tar.gz"
+    dest = dest_dir / name
     part = dest.with_suffix(".part")
     digest = hashlib.sha256()
     with urllib.request.urlopen(url, timeout=600) as resp, part.open("wb") as out:
@@ -87,7 +103,7 @@ def fetch_sdist(version: str, dest_dir: Path) -> Path:
             out.write(chunk)
     if digest.hexdigest() != sha:
         part.unlink()
-        raise RuntimeError(f"vllm-{version}.tar.gz: sha256 differs from PyPI's")
+        raise RuntimeError(f"{name}: sha256 differs from the index's")
     part.replace(dest)
     return dest
 
