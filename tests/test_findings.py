@@ -12,6 +12,7 @@ behaviour: their files pass on the release.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from pathlib import Path
@@ -23,14 +24,27 @@ from model.evaluate import evaluate
 from model.scenario import load_scenario_file, parse_scenario
 from releases import fix_003_cap_min
 from sim.crosscheck.envs import env_python
-from sim.crosscheck.vllm_tests import run_vllm_tests
+from sim.crosscheck.vllm_tests import run_vllm_tests, run_vllm_tests_by_file
 
 CAP_MIN = fix_003_cap_min.SEMANTICS.name
 
 pytestmark = pytest.mark.crosscheck
 
 ROOT = Path(__file__).resolve().parents[1]
-REPRO = ROOT / "docs" / "findings" / "vllm_tests" / "test_offloading_mamba_state_at_hit_end.py"
+VLLM_TESTS = ROOT / "docs" / "findings" / "vllm_tests"
+REPRO = VLLM_TESTS / "test_offloading_mamba_state_at_hit_end.py"
+
+
+@functools.cache
+def _stock() -> dict[str, dict[str, str]]:
+    # every vLLM-ready test file on the unpatched 0.33.0, in one pytest process (vLLM's
+    # import is most of a run's time); each test below reads its own file's outcomes
+    return run_vllm_tests_by_file(sorted(VLLM_TESTS.glob("test_*.py")))
+
+
+def stock(test_file: Path) -> dict[str, str]:
+    """``test_file``'s outcomes on the unpatched vLLM 0.33.0."""
+    return _stock()[test_file.stem]
 
 
 def test_finding_001_reproductions_show_the_bug_on_real_033_scheduler() -> None:
@@ -40,7 +54,7 @@ def test_finding_001_reproductions_show_the_bug_on_real_033_scheduler() -> None:
     # shape (attention 16, Mamba 32), attention chunk 3 missing; the engine-core Scheduler
     # with the real CPU tier, whose LRU evicts A's window chunk ending at 192 before the
     # Mamba chunk ending there (the test asserts the tier's contents on the way)
-    outcomes = run_vllm_tests([REPRO])
+    outcomes = stock(REPRO)
     sliding, full, engine = (outcomes[name] for name in (
         "test_sliding_window_block_below_mamba_block",
         "test_full_attention_block_below_mamba_block",
@@ -114,7 +128,7 @@ def test_proposed_fix_restores_the_state_at_the_hit_end_on_real_033() -> None:
             timeout=300, cwd=ROOT).stdout
 
 
-REPRO_002 = ROOT / "docs" / "findings" / "vllm_tests" / "test_offloading_hit_inside_chunk.py"
+REPRO_002 = VLLM_TESTS / "test_offloading_hit_inside_chunk.py"
 SCENARIOS_002 = ROOT / "tests" / "scenarios" / "finding-002"
 
 
@@ -125,7 +139,7 @@ def test_finding_002_hit_inside_a_chunk_loses_nothing_on_real_033_engine_core() 
     # the hit's end, and the engine computes from the hit on (the tokens past the hit are
     # recomputed); the Mamba state is the one at the hit's end
     # (the vLLM-ready file pins these values itself; both cases pass on 0.33.0)
-    assert run_vllm_tests([REPRO_002]) == {
+    assert stock(REPRO_002) == {
         "test_engine_core_hit_inside_full_attention_chunk[bpc1]": "pass",
         "test_engine_core_hit_inside_full_attention_chunk[bpc2]": "pass"}
     # what the file pins: hit, GPU blocks [first, stop) per group, the state's position
@@ -148,7 +162,7 @@ def test_finding_002_hit_inside_a_chunk_loses_nothing_on_real_033_engine_core() 
         assert [v.invariant for v in o.violations] == ["whole-blocks"]
 
 
-REPRO_003 = ROOT / "docs" / "findings" / "vllm_tests" / "test_offloading_load_cap_loses_a_chunk.py"
+REPRO_003 = VLLM_TESTS / "test_offloading_load_cap_loses_a_chunk.py"
 SCENARIO_003 = (ROOT / "tests" / "scenarios" / "vllm-0.33.0-maximality"
                 / "mamba-load-cap-loses-a-chunk.json")
 
@@ -165,7 +179,7 @@ def test_finding_003_load_cap_loses_a_chunk_on_real_033_scheduler() -> None:
     # where 32 keeps every rule, on one Mamba group (align, block 16; vLLM's
     # MockOffloadingSpec) and on full attention + a sliding window (vLLM's RequestRunner,
     # sync and async scheduling); no cap or a cap of 33 gets 32
-    outcomes = run_vllm_tests([REPRO_003])
+    outcomes = stock(REPRO_003)
     assert sorted(outcomes) == sorted(CAP_TESTS)
     for name, outcome in outcomes.items():
         if name.endswith(("[None]", "[33]")):
@@ -192,8 +206,7 @@ def test_finding_003_fix_keeps_the_chunk_on_real_033_scheduler() -> None:
         timeout=300, cwd=ROOT).stdout
 
 
-REPRO_004 = (ROOT / "docs" / "findings" / "vllm_tests"
-             / "test_offloading_eagle_gives_a_chunk_back.py")
+REPRO_004 = VLLM_TESTS / "test_offloading_eagle_gives_a_chunk_back.py"
 SCENARIO_004 = (ROOT / "tests" / "scenarios" / "vllm-0.33.0-maximality"
                 / "jamba-flash-attn-eagle-pops-a-stored-chunk.json")
 
@@ -209,7 +222,7 @@ def test_finding_004_eagle_gives_a_chunk_back_on_real_033_scheduler() -> None:
     # Scheduler (the EAGLE group pops [80, 160)); without the EAGLE flag, or with a third
     # chunk stored (prompt 240), 160.  The vLLM-ready file documents intended behaviour:
     # its three cases (hits in their ids) pass on 0.33.0
-    assert run_vllm_tests([REPRO_004]) == EAGLE_TESTS
+    assert stock(REPRO_004) == EAGLE_TESTS
     result = {"eagle/161": 80, "plain/161": 160, "eagle/240": 160}
     # the model gives the same hits and names 160 as a valid hit (maximality) only
     # for the EAGLE pop at the prompt's end

@@ -137,11 +137,13 @@ def build_tree(sdist: Path, dest: Path, test_files: list[Path]) -> list[Path]:
     return placed
 
 
-def outcomes(junit_xml: Path) -> dict[str, str]:
-    """{test name (with its parameters): "pass" | "fail: ..." | "error: ..." | "skip"}."""
-    found: dict[str, str] = {}
+def outcomes(junit_xml: Path) -> dict[str, dict[str, str]]:
+    """{test file's stem: {test name (with its parameters): "pass" | "fail: ..." |
+    "error: ..." | "skip"}}."""
+    found: dict[str, dict[str, str]] = {}
     for case in ET.parse(junit_xml).iter("testcase"):
         name = case.get("name", "?")
+        stem = case.get("classname", "?").split(".")[-1]
         outcome = "pass"
         for tag, label in (("failure", "fail"), ("error", "error"), ("skipped", "skip")):
             node = case.find(tag)
@@ -149,14 +151,16 @@ def outcomes(junit_xml: Path) -> dict[str, str]:
                 message = (node.get("message") or "").splitlines()
                 outcome = label if label == "skip" else f"{label}: {' '.join(message)}"
                 break
-        found[name] = outcome
+        found.setdefault(stem, {})[name] = outcome
     return found
 
 
-def run_vllm_tests(test_files: list[Path], *, version: str = "0.33.0",
-                   fix: str | None = None, timeout: float = 900) -> dict[str, str]:
-    """Run ``test_files`` in vLLM ``version``'s own test tree and environment (with
-    ``fix`` applied in process); returns each test's outcome."""
+def run_vllm_tests_by_file(test_files: list[Path], *, version: str = "0.33.0",
+                           fix: str | None = None,
+                           timeout: float = 900) -> dict[str, dict[str, str]]:
+    """Run ``test_files`` in one pytest process in vLLM ``version``'s own test tree and
+    environment (with ``fix`` applied in process); returns each test's outcome by the
+    stem of its file."""
     if version not in RELEASES:
         raise BadInput(f"--vllm: {version!r} has no vLLM-ready test setup "
                        f"(known: {', '.join(RELEASES)})")
@@ -190,6 +194,13 @@ def run_vllm_tests(test_files: list[Path], *, version: str = "0.33.0",
             raise RuntimeError(f"pytest gave no results (exit {proc.returncode}):\n"
                                + (proc.stdout + proc.stderr)[-4000:])
         return outcomes(junit)
+
+
+def run_vllm_tests(test_files: list[Path], *, version: str = "0.33.0",
+                   fix: str | None = None, timeout: float = 900) -> dict[str, str]:
+    """As ``run_vllm_tests_by_file``, every file's outcomes in one mapping."""
+    found = run_vllm_tests_by_file(test_files, version=version, fix=fix, timeout=timeout)
+    return {name: o for per_file in found.values() for name, o in per_file.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
