@@ -137,11 +137,13 @@ def base_tree(rev: str, into: Path) -> Path:
     return into
 
 
-def real_scheduler(version: str) -> Any:
-    """The real scheduler for ``version``, or None where its environment is not ready."""
+def real_scheduler(version: str, light: bool = False) -> Any:
+    """The real scheduler for ``version``, or None where its environment is not ready
+    (``light``: its light env too, as ``python -m sim.crosscheck --light``; that env is
+    made from the shared base if it is not ready)."""
     from sim.crosscheck.envs import is_ready
 
-    if not is_ready(version):
+    if not (light or is_ready(version)):
         return None
     from sim.crosscheck.client import RealScheduler
 
@@ -214,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="generated scenarios per release, as the cross-check's --examples "
                     "(0: no generated row)")
     ap.add_argument("--no-real", action="store_true", help="the model only")
+    ap.add_argument("--light", action="store_true",
+                    help="run a release without a ready full env in its light env (as the "
+                    "cross-check's --light; set CROSSCHECK_VENVS, CROSSCHECK_LIGHT_BASE)")
     ap.add_argument("--out", type=Path, help="also write the table here")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -242,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for name in args.releases.split(","):
                 sem = releases.get(name)
-                real = None if args.no_real else real_scheduler(sem.base_version)
+                real = None if args.no_real else real_scheduler(sem.base_version, args.light)
                 say("")
                 say(f"## {name} ({sem.family} family); real scheduler: "
                     f"{'vLLM ' + sem.base_version if real else 'no ready environment'}")
@@ -278,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     if real is not None:
                         real.close()
+                say(f"# load {os.getloadavg()[0]:.1f} at "
+                    f"{time.strftime('%H:%M UTC', time.gmtime())}, after {name}")
         finally:
             base.close()
             this.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
+from functools import cached_property
 
 from model.citations import cite, cited_lines
 from model.layout import Refused, cdiv
@@ -78,9 +79,15 @@ class ChunkLayout:
     partial_tail_block_size: int  # 0 without partial tails
     eagle_proof_margins: dict[int, int]
 
-    @property
+    @cached_property
     def max_eagle_proof_margin(self) -> int:
         return max(self.eagle_proof_margins.values(), default=0)
+
+    @cached_property
+    def chunk_tokens(self) -> tuple[int, ...]:
+        """Each group's ``tokens_per_chunk``, by group index (kept with the layout: a
+        lookup reads it per key it records)."""
+        return tuple(c.tokens_per_chunk for c in self.groups)
 
     def partial_tail_key_tokens(self, group: int, boundary: int) -> int:
         """scheduler.py:1158: the token position whose hash keys a group's tail block."""

@@ -18,6 +18,7 @@ from model.lookup import LookupResult, Segment, StepRow
 from model.scenario import Group, Scenario
 from model.semantics import Semantics
 from releases.arith import INT
+from releases.steps import keep_after_cut
 
 HIT, HIT_PENDING, RETRY, MISS = "HIT", "HIT_PENDING", "RETRY", "MISS"
 
@@ -47,29 +48,31 @@ class _Manager:
     scan of a run of chunks is one segment, whatever its length. (A plain class: the one
     mutable piece, made once per lookup.)"""
 
-    __slots__ = ("s", "layout", "segments")
+    __slots__ = ("s", "tpcs", "segments")
 
     def __init__(self, s: Scenario, layout: ChunkLayout) -> None:
         self.s = s
-        self.layout = layout
+        self.tpcs = layout.chunk_tokens  # each group's chunk, in tokens
         self.segments: list[Segment] = []
 
     def lookup(self, group: int, end: int) -> str:
         self.segments.append((group, end, end + 1, 1))
-        return answer(self.s.groups[group], end, self.layout.groups[group].tokens_per_chunk)
+        return answer(self.s.groups[group], end, self.tpcs[group])
 
     def chunk(self, group: int, idx: int) -> str:
-        return self.lookup(group, (idx + 1) * self.layout.groups[group].tokens_per_chunk)
+        return self.lookup(group, (idx + 1) * self.tpcs[group])
 
     def answers(self, group: int) -> ChunkAnswers:
         """The group's answers by runs (``chunk_answers``: kept per store)."""
-        return chunk_answers(self.s.groups[group], self.layout.groups[group].tokens_per_chunk)
+        return chunk_answers(self.s.groups[group], self.tpcs[group])
 
     def scanned(self, group: int, first: int, last: int) -> None:
         """Record the chunk keys ``first``, ``first ± 1``, ..., ``last`` (in that order)."""
-        tpc = self.layout.groups[group].tokens_per_chunk
-        step = tpc if last >= first else -tpc
-        self.segments.append((group, (first + 1) * tpc, (last + 1) * tpc + step, step))
+        tpc = self.tpcs[group]
+        if last >= first:
+            self.segments.append((group, (first + 1) * tpc, (last + 2) * tpc, tpc))
+        else:
+            self.segments.append((group, (first + 1) * tpc, last * tpc, -tpc))
 
 
 def _maximal_prefix_lookup(mgr: _Manager, group: int, chunks: range) -> int | None:
@@ -131,10 +134,6 @@ class _State:
         self.passes = 0
 
 
-def _caps(s: Scenario) -> tuple[int | None, int | None]:
-    return s.max_num_new_tokens, s.max_load_tokens
-
-
 def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
                            st: _State, sem: Semantics) -> tuple[int | None, str]:
     """scheduler.py:849: tokens beyond the GPU hit that whole chunks can give.
@@ -147,12 +146,14 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
     cuts a sliding-window group's confirmed window, the sliding-window groups are looked
     up again at the lowered bound."""
     align = layout.mamba_align_size
-    # the step a fix overrides; a layout without a Mamba align group never rounds (the
-    # unit 1 is not used)
-    after_cut = sem.steps.after_cut
+    steps = sem.steps
+    # the step a fix overrides (called only where it is not 0.33.0's identity); a layout
+    # without a Mamba align group never rounds (the unit 1 is not used)
+    after_cut = steps.after_cut
+    fixed_after_cut = after_cut is not keep_after_cut
     align_on, align_unit = align is not None, align or 1
 
-    max_num_new_tokens, max_load_tokens = _caps(s)
+    max_num_new_tokens, max_load_tokens = s.max_num_new_tokens, s.max_load_tokens
     num_computed_tokens = s.num_computed_tokens
     prompt_tokens = s.prompt_tokens  # a group's keys: prompt_tokens // its chunk tokens
     max_hit_size_tokens = prompt_tokens  # scheduler.py:862
@@ -162,12 +163,14 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
         max_hit_size_tokens = min(max_hit_size_tokens, num_computed_tokens + max_load_tokens)
     if layout.sliding_window_groups:
         # scheduler.py:876: recompute the last prompt token (the step a fix changes)
-        max_hit_size_tokens = sem.steps.last_token(INT, max_hit_size_tokens, s.prompt_tokens)
+        max_hit_size_tokens = steps.last_token(INT, max_hit_size_tokens, s.prompt_tokens)
         if layout.mamba_align_size is not None:  # scheduler.py:877: PR #44599's rounding
             max_hit_size_tokens = round_down(max_hit_size_tokens, layout.mamba_align_size)
     num_hit_tokens = 0
     defer_lookup = False
     lookup_groups = layout.lookup_groups
+    groups = layout.groups
+    rows = st.steps
     st.hit_end_chunk = {}  # scheduler.py:887: every group's starts at 0
     eagle_verified: set[int] = set()  # scheduler.py:892
     while lookup_groups:  # scheduler.py:893
@@ -176,25 +179,26 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
         groups_iter = lookup_groups
         lookup_groups = ()
         for group_idx in groups_iter:
-            cfg = layout.groups[group_idx]
+            cfg = groups[group_idx]
             tpc = cfg.tokens_per_chunk
             num_keys = prompt_tokens // tpc
             before = max_hit_size_tokens
             is_eagle_unverified = cfg.is_eagle_group and group_idx not in eagle_verified
             # scheduler.py:914: no further than this group's last keyed chunk
             max_hit_size_tokens = min(max_hit_size_tokens, num_keys * tpc)
-            # the fix (none in 0.33.0)
-            max_hit_size_tokens = after_cut(INT, max_hit_size_tokens, align_on, align_unit, "")
+            if fixed_after_cut:  # the fix (none in 0.33.0)
+                max_hit_size_tokens = after_cut(INT, max_hit_size_tokens, align_on,
+                                                align_unit, "")
             if max_load_tokens is not None:  # scheduler.py:917: a load cap chunk-aligns
                 max_hit_size_tokens = round_down(max_hit_size_tokens, tpc)
             if max_hit_size_tokens - num_computed_tokens < tpc:  # scheduler.py:921
-                st.steps.append((st.passes, group_idx, before, (0, 0), None,
+                rows.append((st.passes, group_idx, before, (0, 0), None,
                                  max_hit_size_tokens, "less than one chunk left"))
                 return 0, f"group {group_idx}: less than one chunk ({tpc} tokens) left"
             window = cfg.sliding_window_size_in_chunks
             query_max = max_hit_size_tokens
             # scheduler.py:936: every EAGLE group queries one more (0.29.0: windows only)
-            if is_eagle_unverified and (sem.steps.eagle_query_all or window is not None):
+            if is_eagle_unverified and (steps.eagle_query_all or window is not None):
                 query_max = min(max_hit_size_tokens + tpc, num_keys * tpc)
             num_chunks = min(cdiv(query_max, tpc), num_keys)  # scheduler.py:942
             start_chunk_idx = num_computed_tokens // tpc  # scheduler.py:943
@@ -212,11 +216,11 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
                 assert initial_window is not None
                 num_hit_chunks = _sliding_window_lookup(  # scheduler.py:972
                     mgr, group_idx, chunks, required_window,
-                    initial_window + int(is_eagle_unverified) if sem.steps.load_windows
-                    else None, pending_anywhere=not sem.steps.load_windows)
+                    initial_window + int(is_eagle_unverified) if steps.load_windows
+                    else None, pending_anywhere=not steps.load_windows)
             queried = (chunks.start, chunks.stop)
             if num_hit_chunks == 0:  # scheduler.py:978
-                st.steps.append((st.passes, group_idx, before, queried, 0,
+                rows.append((st.passes, group_idx, before, queried, 0,
                                  max_hit_size_tokens, "no hit"))
                 return 0, f"group {group_idx}: no hit in chunks [{queried[0]}, {queried[1]})"
             note = ""
@@ -231,14 +235,15 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
                 max_hit_size_tokens = min(  # scheduler.py:988
                     max_hit_size_tokens, tpc * (start_chunk_idx + num_hit_chunks))
                 confirmed = max_hit_size_tokens
-                max_hit_size_tokens = after_cut(  # the fix (none in 0.33.0)
-                    INT, max_hit_size_tokens, align_on, align_unit, "")
+                if fixed_after_cut:  # the fix (none in 0.33.0)
+                    max_hit_size_tokens = after_cut(
+                        INT, max_hit_size_tokens, align_on, align_unit, "")
                 if (sem.reround_rerun and window is not None and max_hit_size_tokens < confirmed
                         and not lookup_groups):
                     # the completed fix: this window was confirmed ending at `confirmed`,
                     # not at the lowered bound; look the sliding-window groups up again
                     lookup_groups = layout.sliding_window_groups
-            st.steps.append((st.passes, group_idx, before, queried, num_hit_chunks,
+            rows.append((st.passes, group_idx, before, queried, num_hit_chunks,
                              max_hit_size_tokens, note))
             new_num_hit_tokens = max_hit_size_tokens - num_computed_tokens  # :993
             if new_num_hit_tokens < tpc:  # scheduler.py:994
@@ -262,7 +267,7 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
         for cfg, g in zip(layout.groups, s.groups, strict=True):
             tpc = cfg.tokens_per_chunk
             window = (cfg.load_window_size_in_chunks(end)  # scheduler.py:1027
-                      if sem.steps.load_windows else cfg.sliding_window_size_in_chunks)
+                      if steps.load_windows else cfg.sliding_window_size_in_chunks)
             # offload_keys[start:num_chunks] (scheduler.py:1035): the slice stops at the
             # last key the request has
             hit_chunks = range(num_computed_tokens // tpc,
@@ -355,7 +360,7 @@ def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
         layout, s, mgr, st, sem)
     if complete_hit is None or not layout.supports_partial_tail:  # scheduler.py:1075
         return done(complete_hit, reason)
-    max_num_new_tokens, max_load_tokens = _caps(s)
+    max_num_new_tokens, max_load_tokens = s.max_num_new_tokens, s.max_load_tokens
     local_tokens = s.num_computed_tokens
     complete_boundary = local_tokens + complete_hit  # scheduler.py:1079
     tph = layout.tokens_per_hash

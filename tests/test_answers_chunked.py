@@ -55,10 +55,11 @@ def _window_per_key(ask: list[str], chunks: range, window: int,
     return (None if defer_lookup or pending_in_window else consecutive_hits), seen
 
 
-class _Layout:  # the two fields the manager reads
+class _Layout:  # what the manager reads (chunk_tokens) and a group's chunk
     def __init__(self, tpc: int) -> None:
         self.groups = [self]
         self.tokens_per_chunk = tpc
+        self.chunk_tokens = (tpc,)
 
 
 class _Scenario:
