@@ -97,6 +97,20 @@ def _request(rng: random.Random, semantics: str, prompt: int, computed: int,
     return out
 
 
+MODE_ALL = 0.4  # the share of mode "all" where a release has it and prefix caching is on
+
+
+def _mamba_mode(rng: random.Random, semantics: str, caching: bool, mamba: bool) -> str:
+    """The engine's one Mamba cache mode: "none" with prefix caching off; with it on
+    "align", or "all" (``MODE_ALL`` of the time) in a release that has that mode
+    (``ChunkSteps.mamba_all``, 0.28.0-0.31.0). No draw without a Mamba group."""
+    if not caching:
+        return "none"
+    if mamba and releases.get(semantics).steps.mamba_all and rng.random() < MODE_ALL:
+        return "all"
+    return "align"
+
+
 @dataclass(frozen=True)
 class ChunkDist:
     """A distribution of requests on complete chunks (partial tails off)."""
@@ -137,6 +151,9 @@ def chunk_dict(rng: random.Random, semantics: str, dist: ChunkDist,
     caching = rng.random() < 0.85
     if not caching and mamba and len(kinds) > 1:
         sizes = [sizes[0]] * len(kinds)  # kv_cache_utils.py:878 then :892
+    mode = _mamba_mode(rng, semantics, caching, bool(mamba))
+    if mode == "all":  # kv_cache_utils.py:785 (0.31.0): the hash block backs off to the lcm,
+        sizes = [sizes[0]] * len(kinds)  # which every block size must be a multiple of
     prompt = rng.randint(1, dist.prompt_chunks * max(sizes) * bpc)
     computed = _computed(rng, prompt, math.lcm(*sizes)) if caching else 0
     groups = []
@@ -147,7 +164,7 @@ def chunk_dict(rng: random.Random, semantics: str, dist: ChunkDist,
         if kind == "sliding_window":
             g["sliding_window"] = rng.randint(1, 3 * size * bpc)
         if kind == "mamba":
-            g["mamba_cache_mode"] = "align" if caching else "none"
+            g["mamba_cache_mode"] = mode
         if rng.random() < dist.eagle:
             g["eagle"] = True
         _mark(rng, g, range(n), 0.4, (("pending", dist.pending), ("deferred", 0.05),
@@ -182,6 +199,7 @@ def staggered_dict(rng: random.Random, semantics: str, dist: ChunkDist) -> dict[
     n = rng.randint(3, 6)
     prompt = n * size + rng.randint(0, size - 1)
     caching = rng.random() < 0.8
+    mode = _mamba_mode(rng, semantics, caching, "mamba" in kinds)  # one block size already
     groups = []
     for i, kind in enumerate(kinds):
         end = rng.randint(1, n)
@@ -190,7 +208,7 @@ def staggered_dict(rng: random.Random, semantics: str, dist: ChunkDist) -> dict[
         if kind == "sliding_window":
             g["sliding_window"] = rng.randint(1, 2 * size)
         if kind == "mamba":
-            g["mamba_cache_mode"] = "align" if caching else "none"
+            g["mamba_cache_mode"] = mode
         if rng.random() < 0.6:
             g["eagle"] = True
         if rng.random() < (0.6 if i == 0 else 0.2):
