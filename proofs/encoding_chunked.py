@@ -312,7 +312,8 @@ def startup(enc: ChunkEnc, cfg: ChunkConfig, steps: ChunkSteps = STOCK) -> z3.Bo
     """0.33.0's start-up checks (model/layout_chunked.py) and the engine's request rules
     (``check_request``), for the encoded layouts (``prefix_match_unit`` unset); ``steps``:
     the release's (``tail_eagle``: whether an EAGLE group keeps partial tails on;
-    ``mamba_all``: whether the Mamba groups may run mode "all")."""
+    ``mamba_all``: whether the Mamba groups may run mode "all"; ``cap_new_tokens``,
+    ``cap_load_tokens``: which request caps exist)."""
     n, N, B = len(cfg.kinds), enc.scope.chunks, enc.scope.max_bpc
     c: list[z3.BoolRef] = [x >= 1 for x in cfg.gpu]
     c += [1 <= cfg.bpc, cfg.bpc <= B, cfg.prompt >= 1, cfg.computed >= 0,
@@ -325,6 +326,13 @@ def startup(enc: ChunkEnc, cfg: ChunkConfig, steps: ChunkSteps = STOCK) -> z3.Bo
     c.append(z3.Implies(cfg.mamba_all, cfg.prefix_caching))
     if not steps.mamba_all or MAMBA not in cfg.kinds:
         c.append(z3.Not(cfg.mamba_all))
+    # the request caps a release has (``steps.cap_new_tokens``: max_num_new_tokens from
+    # 0.30.0, scheduler.py:863; ``steps.cap_load_tokens``: max_load_tokens from 0.31.0,
+    # :867): without one the request never carries it
+    if not steps.cap_new_tokens:
+        c.append(z3.Not(cfg.has_new_cap))
+    if not steps.cap_load_tokens:
+        c.append(z3.Not(cfg.has_load_cap))
     if MAMBA in cfg.kinds and n > 1:
         # kv_cache_utils.py:878: a Mamba group outside align mode (prefix caching off,
         # or mode "all": 0.31.0's kv_cache_utils.py:785) backs the hash block off to the

@@ -646,7 +646,7 @@ def _witness_query(
     ``WITNESS_CHUNKS`` chunks per group."""
     enc = Enc(bound=WITNESS_CHUNKS + 2)
     cfg = replace(
-        turn_chunked.symbolic_config(kinds),
+        turn_chunked.symbolic_config(kinds, steps=sem.steps),  # the release's caps, modes
         gpu=tuple(z3.IntVal(gpu) for _ in kinds),
         bpc=z3.IntVal(bpc),
         window=tuple(None if k != turn_chunked.SW else z3.IntVal(2 * gpu * bpc) for k in kinds),
@@ -697,7 +697,8 @@ def scenario_of(
         if w is not None:
             grp["sliding_window"] = i(w)
         if kind == turn_chunked.MAMBA:
-            grp["mamba_cache_mode"] = "align" if b(cfg.prefix_caching) else "none"
+            grp["mamba_cache_mode"] = (
+                ("all" if b(cfg.mamba_all) else "align") if b(cfg.prefix_caching) else "none")
         if b(cfg.eagle[g]):
             grp["eagle"] = True
         pending = [c for c in range(n) if b(st.stored(idx[c])) and b(st.deferred(idx[c]))]

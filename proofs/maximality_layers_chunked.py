@@ -592,7 +592,7 @@ def _witness_query(
     state."""
     enc = Enc(bound=layers_chunked.WITNESS_CHUNKS + 2)
     cfg = replace(
-        turn_chunked.symbolic_config(kinds),
+        turn_chunked.symbolic_config(kinds, steps=sem.steps),  # the release's caps, modes
         gpu=tuple(z3.IntVal(gpu) for _ in kinds),
         bpc=z3.IntVal(bpc),
         window=tuple(None if k != turn_chunked.SW else z3.IntVal(2 * gpu * bpc) for k in kinds),

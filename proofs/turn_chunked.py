@@ -77,7 +77,8 @@ class Cfg:
 
 def symbolic_config(kinds: Sequence[str], tag: str = "", steps: ChunkSteps = STOCK) -> Cfg:
     """``steps``: the release's; with ``mamba_all`` (0.28.0-0.31.0) the Mamba groups may
-    run mode "all", a symbol; else mode "all" is no mode (False)."""
+    run mode "all", a symbol; else mode "all" is no mode (False). A request cap the
+    release lacks (``cap_new_tokens``, ``cap_load_tokens``) is never set (False)."""
     n = len(kinds)
     i, b = z3.IntSort(), z3.BoolSort()
     return Cfg(
@@ -92,9 +93,13 @@ def symbolic_config(kinds: Sequence[str], tag: str = "", steps: ChunkSteps = STO
         prefix_caching=z3.Bool(f"enable_prefix_caching{tag}"),
         skip_reading=z3.Bool(f"skip_reading_prefix_cache{tag}"),
         in_flight=z3.Bool(f"in_flight_transfers{tag}"),
-        has_new_cap=z3.Bool(f"has_max_num_new_tokens{tag}"),
+        # the request caps the release has (scheduler.py:863, :867; ``steps.cap_new_tokens``
+        # from 0.30.0, ``steps.cap_load_tokens`` from 0.31.0): without one, never set
+        has_new_cap=(z3.Bool(f"has_max_num_new_tokens{tag}") if steps.cap_new_tokens
+                     else z3.BoolVal(False)),
         new_cap=z3.Int(f"max_num_new_tokens{tag}"),
-        has_load_cap=z3.Bool(f"has_max_load_tokens{tag}"),
+        has_load_cap=(z3.Bool(f"has_max_load_tokens{tag}") if steps.cap_load_tokens
+                      else z3.BoolVal(False)),
         load_cap=z3.Int(f"max_load_tokens{tag}"),
         stores=tuple(Store(z3.Function(f"stored{g}{tag}", i, b),
                            z3.Function(f"deferred{g}{tag}", i, b),

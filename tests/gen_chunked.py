@@ -81,7 +81,8 @@ def _request(rng: random.Random, semantics: str, prompt: int, computed: int,
              groups: list[dict[str, Any]], skip: float, in_flight: float | None,
              caps: float, **extra: Any) -> dict[str, Any]:
     """The request around the groups: skip_reading_prefix_cache, in-flight transfers
-    (``None``: never drawn) and the two caps, each with its probability."""
+    (``None``: never drawn) and the two caps (those the release has), each with its
+    probability."""
     out: dict[str, Any] = {"semantics": semantics, "block_size_factor": 1,
                            "prompt_tokens": prompt, "num_computed_tokens": computed,
                            "groups": groups, **extra}
@@ -90,9 +91,10 @@ def _request(rng: random.Random, semantics: str, prompt: int, computed: int,
         out["num_computed_tokens"] = 0
     if in_flight is not None and rng.random() < in_flight:
         out["in_flight_transfers"] = True
-    if rng.random() < caps:
+    steps = releases.get(semantics).steps  # only the caps the release has (C1, C2)
+    if rng.random() < caps and steps.cap_new_tokens:
         out["max_num_new_tokens"] = rng.randint(0, prompt)
-    if rng.random() < caps:
+    if rng.random() < caps and steps.cap_load_tokens:
         out["max_load_tokens"] = rng.randint(0, prompt)
     return out
 

@@ -33,7 +33,7 @@ import z3
 import releases
 from model import layout_chunked
 from model.evaluate import evaluate
-from model.scenario import Scenario, load_scenario_file, parse_scenario
+from model.scenario import Scenario, ScenarioError, load_scenario_file, parse_scenario
 from proofs import conformance_chunked, encoding_chunked, tail_chunked, turn_chunked
 from proofs.conformance_chunked import in_scope, tails_gate, tails_shape
 from proofs.conformance_tail_chunked import concrete_config as tail_concrete
@@ -335,3 +335,100 @@ def test_mode_all_turns_partial_tails_off() -> None:
         s, sabotaged_copy(encoding_chunked, *BOUNDED_TAILS_ALL, "v031-tails-all"),
         sabotaged_copy(tail_chunked, *LAYERED_TAILS_ALL, "v031-tails-all")) == (True, True)
 
+
+# --- vLLM 0.30.0 and 0.29.0: the request caps a release lacks ----------------------------
+#
+# 0.30.0 has no max_load_tokens (``ChunkSteps.cap_load_tokens``), 0.29.0 neither cap
+# (``cap_new_tokens`` too). The model refuses the scenario field (``model.evaluate``); the
+# bounded start-up reads each step (``startup``: the cap is never set), the layered
+# configuration has no cap symbol without it (``turn_chunked.symbolic_config``).
+
+V030 = releases.by_version("0.30.0")
+# the bounded start-up without the steps' caps (the override dropped on its side)
+NO_LOAD_CAP_STEP = ("    if not steps.cap_load_tokens:\n"
+                    "        c.append(z3.Not(cfg.has_load_cap))\n", "")
+NO_NEW_CAP_STEP = ("    if not steps.cap_new_tokens:\n"
+                   "        c.append(z3.Not(cfg.has_new_cap))\n", "")
+LAYERED_NO_LOAD_CAP = ("        has_load_cap=(z3.Bool(f\"has_max_load_tokens{tag}\") if "
+                       "steps.cap_load_tokens\n",
+                       "        has_load_cap=(z3.Bool(f\"has_max_load_tokens{tag}\") if True\n")
+LAYERED_NO_NEW_CAP = ("        has_new_cap=(z3.Bool(f\"has_max_num_new_tokens{tag}\") if "
+                      "steps.cap_new_tokens\n",
+                      "        has_new_cap=(z3.Bool(f\"has_max_num_new_tokens{tag}\") if True\n")
+CAPS = {"max_load_tokens": ("cap_load_tokens", "has_load_cap", NO_LOAD_CAP_STEP,
+                            LAYERED_NO_LOAD_CAP),
+        "max_num_new_tokens": ("cap_new_tokens", "has_new_cap", NO_NEW_CAP_STEP,
+                               LAYERED_NO_NEW_CAP)}
+
+
+def _without(field: str) -> list[str]:
+    """The proved chunked releases without the request cap ``field``."""
+    step = CAPS[field][0]
+    return [n for n in releases.proved("chunked")
+            if releases.get(n).kind == "release" and not getattr(releases.get(n).steps, step)]
+
+
+def _capped(name: str, field: str) -> Scenario:
+    """The file's request (a plain 0.31.0 one) on release ``name`` with the cap ``field``
+    at 20 tokens."""
+    s = load_scenario_file(ALL_FILE)
+    return replace(_mode(s, "align"), semantics=name, **{field: 20})
+
+
+def _cap_admitted(s: Scenario, field: str, bounded_mod: Any = encoding_chunked,
+                  turn_mod: Any = turn_chunked) -> tuple[bool, bool]:
+    """Whether each encoding admits ``s``'s cap on ``s``'s release: the bounded start-up
+    (with the release's steps) on ``s``'s values, and the layered configuration's cap
+    flag (a symbol, or False)."""
+    sem = releases.get(s.semantics)
+    plain = replace(s, semantics=V031.name, **{field: None})  # values the model resolves
+    _, cfg, _ = conformance_chunked.concrete(plain, bounded_mod)
+    flag = CAPS[field][1]
+    cfg = replace(cfg, **{flag: z3.BoolVal(True)})
+    enc = bounded_mod.ChunkEnc(bounded_mod.Scope(chunks=cfg_chunks(cfg)))
+    on_bounded = bool(z3.is_true(z3.simplify(bounded_mod.startup(enc, cfg, sem.steps))))
+    layered_flag = getattr(turn_mod.symbolic_config(("mamba",), steps=sem.steps), flag)
+    return on_bounded, not z3.is_false(layered_flag)
+
+
+@pytest.mark.parametrize("field", sorted(CAPS))
+def test_a_cap_the_release_lacks_is_in_neither_encoding(field: str) -> None:
+    """Each proved release without the cap: the model refuses the field and neither
+    encoding lets it exist; copies of either encoding without the step's read let it."""
+    names = _without(field)
+    assert V030.name in names if field == "max_load_tokens" else True
+    for name in names:
+        s = _capped(name, field)
+        with pytest.raises(ScenarioError, match=field):
+            evaluate(s)
+        assert _cap_admitted(s, field) == (False, False), name
+        _, _, bounded_text, layered_text = CAPS[field]
+        mods = (sabotaged_copy(encoding_chunked, *bounded_text, f"no-{field}"),
+                sabotaged_copy(turn_chunked, *layered_text, f"no-{field}"))
+        assert _cap_admitted(s, field, *mods) == (True, True), name
+    # a release with the cap admits it in both (the steps are read, not a constant)
+    assert _cap_admitted(_capped(V031.name, field), field) == (True, True)
+
+
+@pytest.mark.parametrize("field", sorted(CAPS))
+def test_the_model_with_a_cap_the_release_lacks_fails(field: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model taking the cap on a release without it (the override dropped on its
+    side): the encodings' start-up refuses what it answers."""
+    import model.evaluate as ev
+
+    step = CAPS[field][0]
+    for name in _without(field):
+        sem = releases.get(name)
+        real = ev.get_semantics
+
+        def with_cap(n: str, sem: Any = sem, real: Any = real) -> Any:
+            got = real(n)
+            return replace(got, steps=replace(got.steps, **{step: True})) if n == sem.name else got
+
+        monkeypatch.setattr(ev, "get_semantics", with_cap)
+        s = _capped(name, field)
+        assert evaluate(s).refused is None
+        with pytest.raises(AssertionError, match="start-up constraints refuse"):
+            bounded.conforms(s)
+        monkeypatch.undo()
