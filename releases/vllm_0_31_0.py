@@ -46,7 +46,9 @@ leaves-last-token and termination proved over every layout 0.31.0 accepts (Mamba
 mode align or "all"), partial tails on or off; no-partial-state, whole-blocks and
 maximality proved under their preconditions, and over the accepted layouts each has
 the counterexample 0.32.0 has (mode align: mode "all" makes every block size one, so
-finding 001's layout needs align), replayed through model/ (the proofs' own replay).
+finding 001's layout needs align), replayed through model/ (the proofs' own replay)
+and answered the same by the real 0.31.0 scheduler (``python -m sim.crosscheck --vllm
+0.31.0 --light --scenarios DIR``: 3 agree).
 Cost: about 28 s CPU for the six pairs (``/usr/bin/time``, load 2).
 """
 
