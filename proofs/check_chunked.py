@@ -120,7 +120,8 @@ def precondition(
             z3.Implies(cfg.has_load_cap, cfg.computed + cfg.load_cap >= cfg.prompt),
         )
     if name == "mamba-mode-not-all":
-        return z3.BoolVal(True)  # 0.33.0 has no mode "all" (model/layout_chunked.py)
+        # 0.32.0 on has no mode "all" (model/layout_chunked.py; the start-up sets it False)
+        return z3.Not(cfg.mamba_all)
     raise ValueError(f"precondition {name!r} has no {releases.reference('chunked').name} formula")
 
 
@@ -279,7 +280,8 @@ def scenario_from_model(m: z3.ModelRef, b: Built, sem: Semantics) -> dict[str, A
         if w is not None:
             grp["sliding_window"] = _int(m, w)
         if kind == encoding_chunked.MAMBA:
-            grp["mamba_cache_mode"] = "align" if caching else "none"
+            grp["mamba_cache_mode"] = (
+                ("all" if _bool(m, cfg.mamba_all) else "align") if caching else "none")
         if _bool(m, cfg.eagle[g]):
             grp["eagle"] = True
         for name, code in (

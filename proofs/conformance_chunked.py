@@ -77,6 +77,11 @@ def tails_gate(s: Scenario, mod: ModuleType = encoding_module) -> tuple[bool, bo
     return bool(on), release_layout(s).supports_partial_tail
 
 
+def mode_all(s: Scenario) -> bool:
+    """Whether ``s``'s Mamba groups run cache mode "all" (0.28.0-0.31.0)."""
+    return any(g.kind == "mamba" and g.mamba_cache_mode == "all" for g in s.groups)
+
+
 def in_scope(s: Scenario) -> bool:
     """Whether ``s`` is a request the encoding covers: at most one group of each kind,
     factor 1, a new request; ``prefix_match_unit`` unset, or set with partial tails on
@@ -145,6 +150,7 @@ def concrete(s: Scenario, mod: ModuleType = encoding_module,
                                    for k in range(1, scope.hashes_per_block))
                              for c in range(scope.chunks + 1))
                        for g, t in zip(s.groups, tpcs, strict=True)) if tails else (),
+        mamba_all=bv(mode_all(s)),
     )
     return scope, cfg, layout.lookup_groups
 

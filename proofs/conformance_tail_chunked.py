@@ -20,7 +20,7 @@ from model.semantics import get_semantics
 from proofs import tail_chunked as tail_module
 from proofs import turn_chunked
 from proofs.conformance import _member
-from proofs.conformance_chunked import release_layout
+from proofs.conformance_chunked import mode_all, release_layout
 from proofs.encoding import Enc, Store
 
 CODES = {HIT: 0, HIT_PENDING: 1, RETRY: 2, MISS: 3}
@@ -73,7 +73,7 @@ def concrete_config(s: Scenario, mod: ModuleType = tail_module) -> tuple[Any, in
         skip_reading=bv(s.skip_reading_prefix_cache), in_flight=bv(s.in_flight_transfers),
         has_new_cap=bv(s.max_num_new_tokens is not None), new_cap=iv(s.max_num_new_tokens or 0),
         has_load_cap=bv(s.max_load_tokens is not None), load_cap=iv(s.max_load_tokens or 0),
-        stores=stores)
+        stores=stores, mamba_all=bv(mode_all(s)))
     margin_on = bv(layout.max_eagle_proof_margin > 0)
     tc = mod.TailCfg(base, iv(tph), iv(block // tph), margin_on, tails,
                      tuple(z3.Int(f"hit_end{g}") for g in range(len(s.groups))),

@@ -14,12 +14,12 @@ from typing import Any
 
 import z3
 
-from model import layout_chunked
 from model.lookup_chunked import HIT, HIT_PENDING, RETRY, answer
 from model.scenario import Scenario
 from model.semantics import get_semantics
 from proofs import turn_chunked as turn_module
 from proofs.conformance import _member
+from proofs.conformance_chunked import mode_all, release_layout
 from proofs.encoding import Enc, Store
 
 
@@ -34,7 +34,7 @@ def in_scope(s: Scenario) -> bool:
 
 def concrete_config(s: Scenario, mod: ModuleType = turn_module) -> tuple[Any, int]:
     """The turn encoding's configuration for ``s``, and a bound on its chunk indices."""
-    layout = layout_chunked.resolve_layout(s)
+    layout = release_layout(s)  # its release's start-up (its steps)
     tpcs = [c.tokens_per_chunk for c in layout.groups]
     bound = max(s.prompt_tokens // t for t in tpcs) + 2
     iv, bv = z3.IntVal, z3.BoolVal
@@ -58,7 +58,7 @@ def concrete_config(s: Scenario, mod: ModuleType = turn_module) -> tuple[Any, in
         skip_reading=bv(s.skip_reading_prefix_cache), in_flight=bv(s.in_flight_transfers),
         has_new_cap=bv(s.max_num_new_tokens is not None), new_cap=iv(s.max_num_new_tokens or 0),
         has_load_cap=bv(s.max_load_tokens is not None), load_cap=iv(s.max_load_tokens or 0),
-        stores=stores)
+        stores=stores, mamba_all=bv(mode_all(s)))
     return cfg, bound
 
 

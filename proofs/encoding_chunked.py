@@ -120,7 +120,7 @@ class ChunkConfig:
     computed: z3.ArithRef  # num_computed_tokens (the GPU prefix hit)
     window: tuple[z3.ArithRef | None, ...]  # sliding_window in tokens (SW groups)
     eagle: tuple[z3.BoolRef, ...]
-    prefix_caching: z3.BoolRef  # Mamba runs in mode align exactly when it is on
+    prefix_caching: z3.BoolRef  # Mamba runs in mode align (or "all": ``mamba_all``) when on
     skip_reading: z3.BoolRef
     in_flight: z3.BoolRef
     has_new_cap: z3.BoolRef
@@ -136,6 +136,9 @@ class ChunkConfig:
     # per group, per block c (0..chunks), per k (1..hashes_per_block - 1): the store's
     # answer for the partial-tail key ending at c * block + k * tokens_per_hash
     tail_ans: tuple[tuple[tuple[z3.ArithRef, ...], ...], ...] = ()
+    # the Mamba groups run cache mode "all" (the engine's one mode, prefix caching on):
+    # a mode of vLLM 0.28.0-0.31.0 only (``ChunkSteps.mamba_all``; ``startup``)
+    mamba_all: z3.BoolRef = z3.BoolVal(False)
 
 
 def symbolic_config(kinds: Sequence[str], scope: Scope = SCOPE, tag: str = "",
@@ -168,6 +171,7 @@ def symbolic_config(kinds: Sequence[str], scope: Scope = SCOPE, tag: str = "",
         tail_ans=tuple(tuple(tuple(z3.Int(f"tail_answer{g}_{c}_{k}{tag}")
                                    for k in range(1, H)) for c in range(scope.chunks + 1))
                        for g in range(n)) if tails else (),
+        mamba_all=z3.Bool(f"mamba_mode_all{tag}"),
     )
 
 
@@ -283,7 +287,10 @@ def derive(enc: ChunkEnc, cfg: ChunkConfig, order: tuple[int, ...] | None = None
     start = tuple(enc.name(enc.floordiv(cfg.computed, tpc[g], N + 1, 0), f"start{g}")
                   for g in range(n))
     mamba = [g for g, k in enumerate(cfg.kinds) if k == MAMBA]
-    align_on = z3.And(cfg.prefix_caching, z3.BoolVal(bool(mamba)))
+    # scheduler.py:151: the Mamba groups in mode align join the align size (0.31.0's
+    # scheduler.py:167-170: those in mode "all" too)
+    align_mode = z3.And(cfg.prefix_caching, z3.Not(cfg.mamba_all))
+    align_on = z3.And(z3.Or(align_mode, cfg.mamba_all), z3.BoolVal(bool(mamba)))
     align = tpc[mamba[-1]] if mamba else z3.IntVal(1)  # scheduler.py:154
     if order is None:
         order = lookup_order(cfg.kinds, sw_first=False)
@@ -304,17 +311,33 @@ def derive(enc: ChunkEnc, cfg: ChunkConfig, order: tuple[int, ...] | None = None
 def startup(enc: ChunkEnc, cfg: ChunkConfig, steps: ChunkSteps = STOCK) -> z3.BoolRef:
     """0.33.0's start-up checks (model/layout_chunked.py) and the engine's request rules
     (``check_request``), for the encoded layouts (``prefix_match_unit`` unset); ``steps``:
-    the release's (``tail_eagle``: whether an EAGLE group keeps partial tails on)."""
+    the release's (``tail_eagle``: whether an EAGLE group keeps partial tails on;
+    ``mamba_all``: whether the Mamba groups may run mode "all"; ``cap_new_tokens``,
+    ``cap_load_tokens``: which request caps exist)."""
     n, N, B = len(cfg.kinds), enc.scope.chunks, enc.scope.max_bpc
     c: list[z3.BoolRef] = [x >= 1 for x in cfg.gpu]
     c += [1 <= cfg.bpc, cfg.bpc <= B, cfg.prompt >= 1, cfg.computed >= 0,
           cfg.new_cap >= 0, cfg.load_cap >= 0]
     c += [w >= 1 for w in cfg.window if w is not None]
     c += [z3.And(0 <= a, a <= 3) for row in cfg.ans for a in row]
+    # mode "all" (0.31.0's config/cache.py:62) is kept with prefix caching on and becomes
+    # "none" with it off (0.31.0's models/config.py:649-657, :669); 0.32.0 on has no such
+    # mode (``steps.mamba_all``)
+    c.append(z3.Implies(cfg.mamba_all, cfg.prefix_caching))
+    if not steps.mamba_all or MAMBA not in cfg.kinds:
+        c.append(z3.Not(cfg.mamba_all))
+    # the request caps a release has (``steps.cap_new_tokens``: max_num_new_tokens from
+    # 0.30.0, scheduler.py:863; ``steps.cap_load_tokens``: max_load_tokens from 0.31.0,
+    # :867): without one the request never carries it
+    if not steps.cap_new_tokens:
+        c.append(z3.Not(cfg.has_new_cap))
+    if not steps.cap_load_tokens:
+        c.append(z3.Not(cfg.has_load_cap))
     if MAMBA in cfg.kinds and n > 1:
-        # kv_cache_utils.py:878: a Mamba group outside align mode (prefix caching off)
-        # backs the hash block off to the lcm, which must divide every block size (:892)
-        c.append(z3.Implies(z3.Not(cfg.prefix_caching),
+        # kv_cache_utils.py:878: a Mamba group outside align mode (prefix caching off,
+        # or mode "all": 0.31.0's kv_cache_utils.py:785) backs the hash block off to the
+        # lcm, which must divide every block size (:892; 0.31.0's offloading/config.py:91)
+        c.append(z3.Implies(z3.Or(z3.Not(cfg.prefix_caching), cfg.mamba_all),
                             z3.And([x == cfg.gpu[0] for x in cfg.gpu])))
     # the GPU hit as the connector gets it: a multiple of the scheduler block (the lcm of
     # the block sizes; a hash-block hit is rounded down first, layout_chunked.
@@ -340,12 +363,14 @@ def partial_tails_on(enc: ChunkEnc, cfg: ChunkConfig, steps: ChunkSteps = STOCK)
     (scheduler.py:597: the partial-tail block size), ``prefix_match_unit`` dividing it
     (kv_cache_utils.py:892) and finer than the Mamba block (scheduler.py:276);
     ``hashes_per_block`` is bounded by the scope. Without ``steps.tail_eagle`` (vLLM
-    0.28.0-0.32.0: 0.32.0's scheduler.py:313) no group is EAGLE."""
+    0.28.0-0.32.0: 0.32.0's scheduler.py:313) no group is EAGLE. A Mamba group in mode
+    "all" (0.28.0-0.31.0) is no CoW source (0.31.0's scheduler.py:289-292) and backs the
+    hash block off to its block (kv_cache_utils.py:785): partial tails off."""
     H = enc.scope.hashes_per_block
     assert set(cfg.kinds) <= {FA, MAMBA} and MAMBA in cfg.kinds and len(cfg.kinds) > 1
     block = cfg.gpu[0]
-    c = [cfg.prefix_caching, cfg.bpc == 1, cfg.tph >= 1, 2 <= cfg.hpb, cfg.hpb <= H,
-         block == enc.times(cfg.hpb, cfg.tph, H)]
+    c = [cfg.prefix_caching, z3.Not(cfg.mamba_all), cfg.bpc == 1, cfg.tph >= 1,
+         2 <= cfg.hpb, cfg.hpb <= H, block == enc.times(cfg.hpb, cfg.tph, H)]
     c += [x == block for x in cfg.gpu]
     c += [z3.And(0 <= a, a <= 3) for grp in cfg.tail_ans for row in grp for a in row]
     if not steps.tail_eagle:  # an EAGLE group turns partial tails off
@@ -813,7 +838,7 @@ def violates_no_partial_state(enc: ChunkEnc, cfg: ChunkConfig, d: ChunkDerived, 
                               ) -> z3.BoolRef:
     loads = load_plan(enc, cfg, d, r.hit, r.tail, r.tail_q)
     end = cfg.computed + r.hit
-    bad = [z3.And(cfg.prefix_caching,  # mode align: the hit restores a saved state
+    bad = [z3.And(cfg.prefix_caching,  # mode align or all: the hit restores a saved state
                   loads[g].pending > 0, loads[g].state != end)
            for g, k in enumerate(cfg.kinds) if k == MAMBA]
     return z3.And(active(r), z3.Or(bad)) if bad else z3.BoolVal(False)

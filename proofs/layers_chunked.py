@@ -129,9 +129,12 @@ class _Setup:
     env: turn_chunked.Env
 
 
-def _setup(assumed: Sequence[str], kinds: Sequence[str]) -> _Setup:
+def _setup(assumed: Sequence[str], kinds: Sequence[str],
+           steps: ChunkSteps = turn_chunked.STOCK) -> _Setup:
+    """The premises of a query about ``kinds``, groups of an unknown layout of the release
+    with ``steps`` (``mamba_all``: its Mamba groups may run mode "all")."""
     enc = Enc()
-    cfg = turn_chunked.symbolic_config(kinds)
+    cfg = turn_chunked.symbolic_config(kinds, steps=steps)
     env = turn_chunked.symbolic_env()
     d = turn_chunked.derive(enc, cfg, env)
     premises = [turn_chunked.startup(enc, cfg)] + [
@@ -223,7 +226,7 @@ def lemma_turn(
     state (every flag, eagle_verified included, symbolic), on the exact encoding. Tests
     ``pin`` the configuration, state or turn to a case (an unverified EAGLE group, say),
     or leave the negated claim out (``negated``) to see the premises hold there."""
-    x = _setup(assumed, (kind,))
+    x = _setup(assumed, (kind,), sem.steps)
     st = fresh_state(x.enc, 1, "pre")
     _, t = turn_chunked.group_step(x.enc, x.cfg, x.d, sem, st, 0)
     if pin is not None:
@@ -269,7 +272,8 @@ def lemma_premises(sem: Semantics, assumed: Sequence[str], name: str, kind: str)
     preconditions allow: ``premises_chunked.block_for``), replayed through model/ under
     the preconditions; else why not."""
     p = premises_chunked.Pin(kind, True, block=premises_chunked.block_for(kind, assumed))
-    cfg, env = turn_chunked.symbolic_config((kind,)), turn_chunked.symbolic_env()
+    cfg = turn_chunked.symbolic_config((kind,), steps=sem.steps)
+    env = turn_chunked.symbolic_env()
 
     def pin(c: turn_chunked.Cfg, st: State, t: turn_chunked.Step) -> list[z3.BoolRef]:
         return premises_chunked.pins(p, c, env)
@@ -299,7 +303,7 @@ def premises_query(sem: Semantics, assumed: Sequence[str], names: Sequence[str]
 def lemma_initial(assumed: Sequence[str], steps: ChunkSteps = turn_chunked.STOCK
                   ) -> list[z3.BoolRef]:
     """initial-aligned, on the exact initial max hit of an unknown layout."""
-    x = _setup(assumed, (turn_chunked.FA,))
+    x = _setup(assumed, (turn_chunked.FA,), steps)
     m0 = turn_chunked.initial_max_hit(x.enc, x.cfg, x.d, steps)
     claim = fact("initial-aligned", x.d.align_on, _ma(x.enc, x.d, m0, "m0_in_align"))
     return _finish(x.enc, x.premises + [z3.Not(claim)])
@@ -353,7 +357,7 @@ def whole_terms(
 ) -> Final:
     """The terms of ``whole_query`` (``proofs.pinned_violation_chunked`` pins them)."""
     other = WHOLE_CASES[case] if kind == turn_chunked.FA and case is not None else None
-    x = _setup(assumed, (kind,) if other is None else (kind, other))
+    x = _setup(assumed, (kind,) if other is None else (kind, other), steps)
     enc, cfg, d = x.enc, x.cfg, x.d
     y = z3.Int("final_max_hit")
     nc = cfg.computed
@@ -395,7 +399,7 @@ def final_terms(
     deferred with max_hit_size_tokens ``y`` (num_hit_tokens = y - num_computed_tokens),
     ``y`` at most the initial max hit and, with rounding, on the align size. The other
     groups' being-loaded delay is left out (it only ever defers more)."""
-    x = _setup(assumed, (kind,))
+    x = _setup(assumed, (kind,), steps)
     enc, cfg, d = x.enc, x.cfg, x.d
     y = z3.Int("final_max_hit")
     nc = cfg.computed
@@ -642,7 +646,7 @@ def _witness_query(
     ``WITNESS_CHUNKS`` chunks per group."""
     enc = Enc(bound=WITNESS_CHUNKS + 2)
     cfg = replace(
-        turn_chunked.symbolic_config(kinds),
+        turn_chunked.symbolic_config(kinds, steps=sem.steps),  # the release's caps, modes
         gpu=tuple(z3.IntVal(gpu) for _ in kinds),
         bpc=z3.IntVal(bpc),
         window=tuple(None if k != turn_chunked.SW else z3.IntVal(2 * gpu * bpc) for k in kinds),
@@ -693,7 +697,8 @@ def scenario_of(
         if w is not None:
             grp["sliding_window"] = i(w)
         if kind == turn_chunked.MAMBA:
-            grp["mamba_cache_mode"] = "align" if b(cfg.prefix_caching) else "none"
+            grp["mamba_cache_mode"] = (
+                ("all" if b(cfg.mamba_all) else "align") if b(cfg.prefix_caching) else "none")
         if b(cfg.eagle[g]):
             grp["eagle"] = True
         pending = [c for c in range(n) if b(st.stored(idx[c])) and b(st.deferred(idx[c]))]

@@ -67,6 +67,7 @@ from proofs.encoding import NEXT_ALL, NEXT_NONE, NEXT_SW, Enc, State, Store, fre
 from proofs.lemmas_chunked import Lemma
 from proofs.lemmas_chunked import assumed as loop_assumes
 from proofs.witness import Witness
+from releases.base import ChunkSteps
 
 THEOREM = "maximality"
 TAKES = ("no-eagle", "caps-reach-prompt", "mamba-mode-not-all")
@@ -248,10 +249,10 @@ def _base_assumed(pre: Sequence[str]) -> tuple[str, ...]:
 
 
 def _setup(
-    pre: Sequence[str], kinds: Sequence[str]
+    pre: Sequence[str], kinds: Sequence[str], steps: ChunkSteps = turn_chunked.STOCK
 ) -> tuple[Enc, turn_chunked.Cfg, turn_chunked.D, list[z3.BoolRef]]:
     enc = Enc()
-    cfg = turn_chunked.symbolic_config(kinds)
+    cfg = turn_chunked.symbolic_config(kinds, steps=steps)  # ``mamba_all``: mode "all"
     d = turn_chunked.derive(enc, cfg, turn_chunked.symbolic_env())
     return (
         enc,
@@ -285,7 +286,7 @@ def lemma_query(
     ``align`` (None: both) takes one case of whether the layout rounds to a Mamba align
     size (``proof_queries`` asks both for a Mamba group's keeps: under the round-down fix
     each is several times faster than the two at once)."""
-    enc, cfg, d, premises = _setup(pre, (kind,))
+    enc, cfg, d, premises = _setup(pre, (kind,), sem.steps)
     h = z3.Int("valid_hit")
     c = cfg.computed + h
     premises.append(valid_hit(enc, cfg, d, h, [0]))
@@ -435,13 +436,15 @@ def violates(deferred: z3.BoolRef, hit: z3.ArithRef, h: z3.ArithRef) -> z3.BoolR
     return z3.And(z3.Not(deferred), hit < h)
 
 
-def final_query(pre: Sequence[str], kind: str) -> list[z3.BoolRef]:
+def final_query(
+    pre: Sequence[str], kind: str, steps: ChunkSteps = turn_chunked.STOCK
+) -> list[z3.BoolRef]:
     """The answer, read exactly (``turn_chunked.result_of``) from the loop's end as
     ``obligations`` leaves it: not stopped, with max_hit_size_tokens ``y`` and the loop's
     deferral flag ``defer``, ``defer`` or ``y >= c``. A valid hit reads the prefix cache
     and has no transfer in flight, so the lookup defers or answers at least ``h*``. The
     other groups' being-loaded delay is left out (it only defers more)."""
-    enc, cfg, d, premises = _setup(pre, (kind,))
+    enc, cfg, d, premises = _setup(pre, (kind,), steps)
     h = z3.Int("valid_hit")
     premises.append(valid_hit(enc, cfg, d, h, [0]))
     y, defer = z3.Int("final_max_hit"), z3.Bool("final_defer")
@@ -508,7 +511,8 @@ def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[layers_chunked.Que
     for name, q in loop:
         out.append((name, partial(list, q)))
     out.append(
-        ("maximality: the answer from the loop's end", partial(final_query, pre, turn_chunked.FA))
+        ("maximality: the answer from the loop's end",
+         partial(final_query, pre, turn_chunked.FA, sem.steps))
     )
     return out
 
@@ -527,7 +531,8 @@ def lemma_premises(sem: Semantics, pre: Sequence[str], name: str, kind: str,
     caching = align is not False
     p = premises_chunked.Pin(kind, True, caching, z3.Int("valid_hit"),
                              block=premises_chunked.block_for(kind, pre))
-    cfg, env = turn_chunked.symbolic_config((kind,)), turn_chunked.symbolic_env()
+    cfg = turn_chunked.symbolic_config((kind,), steps=sem.steps)
+    env = turn_chunked.symbolic_env()
 
     def pin(c: turn_chunked.Cfg, st: State, t: turn_chunked.Step) -> list[z3.BoolRef]:
         return premises_chunked.pins(p, c, env)
@@ -587,7 +592,7 @@ def _witness_query(
     state."""
     enc = Enc(bound=layers_chunked.WITNESS_CHUNKS + 2)
     cfg = replace(
-        turn_chunked.symbolic_config(kinds),
+        turn_chunked.symbolic_config(kinds, steps=sem.steps),  # the release's caps, modes
         gpu=tuple(z3.IntVal(gpu) for _ in kinds),
         bpc=z3.IntVal(bpc),
         window=tuple(None if k != turn_chunked.SW else z3.IntVal(2 * gpu * bpc) for k in kinds),

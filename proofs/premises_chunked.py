@@ -88,8 +88,9 @@ def block_for(kind: str, assumed: Sequence[str]) -> int:
 
 def pins(p: Pin, cfg: turn_chunked.Cfg, env: turn_chunked.Env) -> list[z3.BoolRef]:
     """The pinned request over the symbols of ``cfg`` (group 0 of ``p.kind``) and ``env``:
-    a plain request (no cap, no EAGLE, nothing in flight, the prefix cache read)."""
-    out = [cfg.prompt == PROMPT, cfg.bpc == 1, cfg.gpu[0] == p.gpu,
+    a plain request (no cap, no EAGLE, nothing in flight, the prefix cache read, Mamba in
+    mode align)."""
+    out = [cfg.prompt == PROMPT, cfg.bpc == 1, cfg.gpu[0] == p.gpu, z3.Not(cfg.mamba_all),
            cfg.computed == (COMPUTED if p.caching else 0),
            cfg.prefix_caching == z3.BoolVal(p.caching), z3.Not(cfg.skip_reading),
            z3.Not(cfg.in_flight), z3.Not(cfg.has_new_cap), z3.Not(cfg.has_load_cap),

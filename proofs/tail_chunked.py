@@ -69,7 +69,7 @@ class TailCfg:
 def symbolic_tail_config(
     kinds: Sequence[str], tag: str = "", steps: ChunkSteps = turn_chunked.STOCK
 ) -> TailCfg:
-    base = turn_chunked.symbolic_config(kinds, tag)
+    base = turn_chunked.symbolic_config(kinds, tag, steps)
     block = z3.Int(f"block_size{tag}")
     base = replace(
         base, gpu=tuple(block for _ in kinds), bpc=z3.IntVal(1), prefix_caching=z3.BoolVal(True)
@@ -92,11 +92,14 @@ def startup(enc: Enc, tc: TailCfg, whole: bool) -> z3.BoolRef:
     ``whole``, the whole layout; else a few groups of an unknown one (then the layout's
     EAGLE proof margin is on at least when one of these groups sets it). Without
     ``steps.tail_eagle`` (vLLM 0.28.0-0.32.0, 0.32.0's scheduler.py:313) an EAGLE group
-    turns partial tails off: no group is EAGLE, no margin."""
+    turns partial tails off: no group is EAGLE, no margin. A Mamba group in mode "all"
+    (0.28.0-0.31.0, ``steps.mamba_all``) is no CoW source (0.31.0's scheduler.py:289-292)
+    and backs the hash block off to its block (kv_cache_utils.py:785): tails off."""
     base = tc.base
     assert set(base.kinds) <= {FA, MAMBA}
     eagle_fa = [e for e, k in zip(base.eagle, base.kinds, strict=True) if k == FA]
-    c = [turn_chunked.startup(enc, base), tc.tph >= 1, tc.hpb >= 2, tc.block == tc.tph * tc.hpb]
+    c = [turn_chunked.startup(enc, base), z3.Not(base.mamba_all), tc.tph >= 1, tc.hpb >= 2,
+         tc.block == tc.tph * tc.hpb]
     c += [h >= 0 for h in tc.hit_end]
     if whole:
         assert MAMBA in base.kinds and len(base.kinds) >= 2

@@ -62,7 +62,7 @@ class Cfg:
     computed: z3.ArithRef  # num_computed_tokens
     window: tuple[z3.ArithRef | None, ...]  # sliding_window in tokens (SW groups)
     eagle: tuple[z3.BoolRef, ...]
-    prefix_caching: z3.BoolRef  # Mamba runs in mode align exactly when it is on
+    prefix_caching: z3.BoolRef  # Mamba runs in mode align (or "all": ``mamba_all``) when on
     skip_reading: z3.BoolRef
     in_flight: z3.BoolRef
     has_new_cap: z3.BoolRef
@@ -70,9 +70,15 @@ class Cfg:
     has_load_cap: z3.BoolRef
     load_cap: z3.ArithRef  # max_load_tokens
     stores: tuple[Store, ...]
+    # the Mamba groups run cache mode "all" (the engine's one mode, prefix caching on): a
+    # mode of vLLM 0.28.0-0.31.0 only (``ChunkSteps.mamba_all``: ``symbolic_config``)
+    mamba_all: z3.BoolRef = z3.BoolVal(False)
 
 
-def symbolic_config(kinds: Sequence[str], tag: str = "") -> Cfg:
+def symbolic_config(kinds: Sequence[str], tag: str = "", steps: ChunkSteps = STOCK) -> Cfg:
+    """``steps``: the release's; with ``mamba_all`` (0.28.0-0.31.0) the Mamba groups may
+    run mode "all", a symbol; else mode "all" is no mode (False). A request cap the
+    release lacks (``cap_new_tokens``, ``cap_load_tokens``) is never set (False)."""
     n = len(kinds)
     i, b = z3.IntSort(), z3.BoolSort()
     return Cfg(
@@ -87,13 +93,18 @@ def symbolic_config(kinds: Sequence[str], tag: str = "") -> Cfg:
         prefix_caching=z3.Bool(f"enable_prefix_caching{tag}"),
         skip_reading=z3.Bool(f"skip_reading_prefix_cache{tag}"),
         in_flight=z3.Bool(f"in_flight_transfers{tag}"),
-        has_new_cap=z3.Bool(f"has_max_num_new_tokens{tag}"),
+        # the request caps the release has (scheduler.py:863, :867; ``steps.cap_new_tokens``
+        # from 0.30.0, ``steps.cap_load_tokens`` from 0.31.0): without one, never set
+        has_new_cap=(z3.Bool(f"has_max_num_new_tokens{tag}") if steps.cap_new_tokens
+                     else z3.BoolVal(False)),
         new_cap=z3.Int(f"max_num_new_tokens{tag}"),
-        has_load_cap=z3.Bool(f"has_max_load_tokens{tag}"),
+        has_load_cap=(z3.Bool(f"has_max_load_tokens{tag}") if steps.cap_load_tokens
+                      else z3.BoolVal(False)),
         load_cap=z3.Int(f"max_load_tokens{tag}"),
         stores=tuple(Store(z3.Function(f"stored{g}{tag}", i, b),
                            z3.Function(f"deferred{g}{tag}", i, b),
                            z3.Function(f"loading{g}{tag}", i, b)) for g in range(n)),
+        mamba_all=z3.Bool(f"mamba_mode_all{tag}") if steps.mamba_all else z3.BoolVal(False),
     )
 
 
@@ -164,8 +175,12 @@ def derive(enc: Enc, cfg: Cfg, env: Env | None = None) -> D:
     start = tuple(enc.floordiv(cfg.computed, tpc[g], f"start{g}") for g in range(n))
     mamba = [g for g, k in enumerate(cfg.kinds) if k == MAMBA]
     windowed = [g for g, k in enumerate(cfg.kinds) if k != FA]
+    # scheduler.py:151: the Mamba groups in mode align join the align size (0.31.0's
+    # scheduler.py:167-170: those in mode "all" too)
+    align_mode = z3.And(cfg.prefix_caching, z3.Not(cfg.mamba_all))
+    joins = z3.Or(align_mode, cfg.mamba_all)
     if env is None:
-        align_on = z3.And(cfg.prefix_caching, z3.BoolVal(bool(mamba)))
+        align_on = z3.And(joins, z3.BoolVal(bool(mamba)))
         align = tpc[mamba[-1]] if mamba else z3.IntVal(1)  # scheduler.py:154
         any_windowed: z3.BoolRef = z3.BoolVal(bool(windowed))
         sizes = {g: _window_value(cfg, tpc, g) for g in windowed}
@@ -187,12 +202,14 @@ def derive(enc: Enc, cfg: Cfg, env: Env | None = None) -> D:
         cfg.computed, env.mamba_gpu, "computed_in_mamba_blocks")))
     for g, k in enumerate(cfg.kinds):
         # kv_cache_utils.py:878/:892: a Mamba group outside align mode (prefix caching
-        # off) makes every block size the lcm: all equal
-        enc.add(z3.Implies(z3.And(env.has_mamba, z3.Not(cfg.prefix_caching)),
+        # off, or mode "all": 0.31.0's kv_cache_utils.py:785) makes every block size the
+        # lcm: all equal
+        enc.add(z3.Implies(z3.And(env.has_mamba, z3.Or(z3.Not(cfg.prefix_caching),
+                                                       cfg.mamba_all)),
                            cfg.gpu[g] == env.mamba_gpu))
         if k == MAMBA:  # scheduler.py:153: the align groups agree on the chunk
-            enc.add(z3.Implies(cfg.prefix_caching, cfg.gpu[g] == env.mamba_gpu))
-    align_on = z3.And(cfg.prefix_caching, env.has_mamba)
+            enc.add(z3.Implies(joins, cfg.gpu[g] == env.mamba_gpu))
+    align_on = z3.And(joins, env.has_mamba)
     return D(tpc, keys, cap, tuple(win), start, align_on, cfg.bpc * env.mamba_gpu,
              env.has_windowed, (), ())
 
@@ -205,8 +222,11 @@ def startup(enc: Enc, cfg: Cfg) -> z3.BoolRef:
     c += [cfg.bpc >= 1, cfg.prompt >= 1, cfg.computed >= 0, cfg.computed < cfg.prompt,
           cfg.new_cap >= 0, cfg.load_cap >= 0]
     c += [w >= 1 for w in cfg.window if w is not None]
-    if MAMBA in cfg.kinds and n > 1:  # kv_cache_utils.py:878, :892
-        c.append(z3.Implies(z3.Not(cfg.prefix_caching),
+    # mode "all" (0.31.0's config/cache.py:62) is kept with prefix caching on and becomes
+    # "none" with it off (0.31.0's models/config.py:649-657, :669)
+    c.append(z3.Implies(cfg.mamba_all, cfg.prefix_caching))
+    if MAMBA in cfg.kinds and n > 1:  # kv_cache_utils.py:878 (0.31.0's :785), :892
+        c.append(z3.Implies(z3.Or(z3.Not(cfg.prefix_caching), cfg.mamba_all),
                             z3.And([x == cfg.gpu[0] for x in cfg.gpu])))
     mamba = [g for g, k in enumerate(cfg.kinds) if k == MAMBA]
     for a, b in itertools.combinations(mamba, 2):  # scheduler.py:153
@@ -245,7 +265,7 @@ def precondition(name: str, enc: Enc, cfg: Cfg, d: D) -> z3.BoolRef:
         return z3.And([same] + [z3.Or([t <= w for w in windowed])
                                 for t in full if windowed])
     if name == "mamba-mode-not-all":
-        return z3.BoolVal(True)  # 0.33.0 has no mode "all"
+        return z3.Not(cfg.mamba_all)  # 0.32.0 on has no mode "all" (False there)
     raise ValueError(f"precondition {name!r}: not in the layered 0.33.0 proof")
 
 
@@ -579,7 +599,7 @@ def violates_no_partial_state(enc: Enc, cfg: Cfg, d: D, r: Result) -> z3.BoolRef
     mamba = [g for g, k in enumerate(cfg.kinds) if k == MAMBA]
     loads = load_plan(enc, cfg, d, r.hit, mamba)
     end = cfg.computed + r.hit
-    bad = [z3.And(cfg.prefix_caching,  # mode align: the hit restores a saved state
+    bad = [z3.And(cfg.prefix_caching,  # mode align or all: the hit restores a saved state
                   loads[g].pending > 0, loads[g].state != end) for g in mamba]
     return z3.And(active(r), z3.Or(bad)) if bad else z3.BoolVal(False)
 

@@ -20,9 +20,25 @@ Override of 0.31.0 (docs/releases-overrides.md C2; lines of 0.30.0, cited in
 
 Scenario fields: 0.31.0's less ``max_load_tokens``.
 
-Proofs: as 0.31.0, ``expect`` is empty (the encodings do not model mode "all", its
-module doc): no theorem claims. Its evidence is the cross-check against the real 0.30.0
-scheduler (``python -m sim.crosscheck --vllm 0.30.0``).
+Proofs: 0.31.0's expectations, inherited (each verdict checked by Z3, below). Both Z3
+encodings read C2: the bounded start-up (``proofs.encoding_chunked.startup``) sets no
+load cap without ``ChunkSteps.cap_load_tokens``, and the layered configuration
+(``proofs.turn_chunked.symbolic_config``, which the tail layer and the maximality layer
+build on) has no load-cap symbol without it, so no query of either encoding lets a load
+cap exist; ``tests/test_conformance_chunked_releases.py`` pins both from either side (a
+copy of either encoding without the read admits the cap; the model taking the field
+makes the bounded start-up refuse what it answers). Mode "all" is 0.31.0's
+(``releases/vllm_0_31_0.py``). Each verdict of ``python -m proofs --semantics
+vllm-0.30.0`` matches: loads-stored-only, leaves-last-token and termination proved over
+every layout 0.30.0 accepts, partial tails on or off; no-partial-state, whole-blocks and
+maximality proved under their preconditions and failing over the accepted layouts.
+Maximality's verdict stays: 0.33.0's counterexample over the accepted layouts is a load
+cap (finding 003), which 0.30.0 has not, but ``max_num_new_tokens`` binds the same way
+(the precondition caps-reach-prompt names both caps), and Z3's counterexample for 0.30.0
+(over every layout 0.30.0 accepts: one Mamba group, max_num_new_tokens 1 below the
+prompt) replays through model/ (the proofs' own replay); the three counterexamples over
+the accepted layouts are answered the same by the real 0.30.0 scheduler (``python -m
+sim.crosscheck --vllm 0.30.0 --light --scenarios DIR``: 3 agree).
 """
 
 from dataclasses import replace
@@ -34,6 +50,5 @@ SEMANTICS = child(
     vllm_0_31_0.SEMANTICS, name="vllm-0.30.0", base_version="0.30.0", kind="release",
     steps=replace(vllm_0_31_0.SEMANTICS.steps, cap_load_tokens=False),
     summary="vLLM 0.30.0: 0.31.0's lookup without the max_load_tokens cap (the "
-    "scenario field is refused); not in the proofs (no theorem claims).",
-    inherit_expect=False,  # the encodings do not model the overrides (module doc)
+    "scenario field is refused).",
 )

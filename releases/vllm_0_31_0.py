@@ -27,19 +27,29 @@ under "0.31.0"):
 Scenario fields: 0.32.0's (``max_num_new_tokens``, ``max_load_tokens``,
 ``blocks_per_chunk``, pending / deferred answers, tails), and mode ``all``.
 
-Proofs: ``expect`` is empty: ``python -m proofs`` and the report claim nothing for
-0.31.0. The encodings read its parent's partial-tail steps (``releases/vllm_0_32_0.py``)
-but not C3: they take a Mamba group with prefix caching on as mode align and have no
-mode "all". In the model an "all" group differs from an align one only at start-up (it
-joins the Mamba align size as align does; it backs the hash size off to the scheduler
-block, kv_cache_utils.py:785; not being a CoW source it turns partial tails off,
-scheduler.py:289), so the claims would carry over, but nothing checks that yet: no
-start-up rule of either encoding reads ``ChunkSteps.mamba_all`` and the conformance
-generators (``tests/gen_chunked.py``) draw no mode "all" group, so dropping the override
-from the encodings could not fail a test. C11 (GPU hits on the scheduler block) is the
-encodings' GPU-hit scope already; C12 (a single group's hash size is its block) is
-their layout with ``prefix_match_unit`` unset. Its evidence is the cross-check against
-the real 0.31.0 scheduler (``python -m sim.crosscheck --vllm 0.31.0``).
+Proofs: 0.32.0's expectations, inherited. Both Z3 encodings read C3: their
+configurations carry the engine's Mamba mode "all" (``mamba_all``), which the start-up
+admits only with ``ChunkSteps.mamba_all`` (the bounded ``proofs.encoding_chunked.
+startup`` reads the step; the layered ``proofs.turn_chunked.symbolic_config`` gives no
+mode symbol without it) and only with prefix caching on; an "all" group joins the Mamba
+align size (``derive`` in both), backs the hash block off to the scheduler block (every
+block size equal when there are several groups: ``startup``, and the layered turn's
+unknown-layout premises) and turns partial tails off (``partial_tails_on``,
+``proofs.tail_chunked.startup``). Each rule is checked against 0.31.0's source above
+and pinned from either side by ``tests/test_conformance_chunked_releases.py`` (a copy of
+either encoding, or of the model, without it fails), and the conformance generators
+(``tests/gen_chunked.py``) draw mode "all" for this release. C11 (GPU hits on the
+scheduler block) is the encodings' GPU-hit scope already; C12 (a single group's hash
+size is its block) is their layout with ``prefix_match_unit`` unset. Each verdict of
+``python -m proofs --semantics vllm-0.31.0`` matches: loads-stored-only,
+leaves-last-token and termination proved over every layout 0.31.0 accepts (Mamba in
+mode align or "all"), partial tails on or off; no-partial-state, whole-blocks and
+maximality proved under their preconditions, and over the accepted layouts each has
+the counterexample 0.32.0 has (mode align: mode "all" makes every block size one, so
+finding 001's layout needs align), replayed through model/ (the proofs' own replay)
+and answered the same by the real 0.31.0 scheduler (``python -m sim.crosscheck --vllm
+0.31.0 --light --scenarios DIR``: 3 agree).
+Cost: about 28 s CPU for the six pairs (``/usr/bin/time``, load 2).
 """
 
 from dataclasses import replace
@@ -53,6 +63,5 @@ SEMANTICS = child(
                   single_group_hash_check=False),
     summary="vLLM 0.31.0: 0.32.0's lookup with Mamba cache mode 'all' (its groups join "
     "the Mamba align size), GPU hits on the scheduler block only, and a single group's "
-    "prefix_match_unit ignored; not in the proofs (no theorem claims).",
-    inherit_expect=False,  # the encodings do not model the overrides (module doc)
+    "prefix_match_unit ignored.",
 )

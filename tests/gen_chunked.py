@@ -81,7 +81,8 @@ def _request(rng: random.Random, semantics: str, prompt: int, computed: int,
              groups: list[dict[str, Any]], skip: float, in_flight: float | None,
              caps: float, **extra: Any) -> dict[str, Any]:
     """The request around the groups: skip_reading_prefix_cache, in-flight transfers
-    (``None``: never drawn) and the two caps, each with its probability."""
+    (``None``: never drawn) and the two caps (those the release has), each with its
+    probability."""
     out: dict[str, Any] = {"semantics": semantics, "block_size_factor": 1,
                            "prompt_tokens": prompt, "num_computed_tokens": computed,
                            "groups": groups, **extra}
@@ -90,11 +91,26 @@ def _request(rng: random.Random, semantics: str, prompt: int, computed: int,
         out["num_computed_tokens"] = 0
     if in_flight is not None and rng.random() < in_flight:
         out["in_flight_transfers"] = True
-    if rng.random() < caps:
+    steps = releases.get(semantics).steps  # only the caps the release has (C1, C2)
+    if rng.random() < caps and steps.cap_new_tokens:
         out["max_num_new_tokens"] = rng.randint(0, prompt)
-    if rng.random() < caps:
+    if rng.random() < caps and steps.cap_load_tokens:
         out["max_load_tokens"] = rng.randint(0, prompt)
     return out
+
+
+MODE_ALL = 0.4  # the share of mode "all" where a release has it and prefix caching is on
+
+
+def _mamba_mode(rng: random.Random, semantics: str, caching: bool, mamba: bool) -> str:
+    """The engine's one Mamba cache mode: "none" with prefix caching off; with it on
+    "align", or "all" (``MODE_ALL`` of the time) in a release that has that mode
+    (``ChunkSteps.mamba_all``, 0.28.0-0.31.0). No draw without a Mamba group."""
+    if not caching:
+        return "none"
+    if mamba and releases.get(semantics).steps.mamba_all and rng.random() < MODE_ALL:
+        return "all"
+    return "align"
 
 
 @dataclass(frozen=True)
@@ -137,6 +153,9 @@ def chunk_dict(rng: random.Random, semantics: str, dist: ChunkDist,
     caching = rng.random() < 0.85
     if not caching and mamba and len(kinds) > 1:
         sizes = [sizes[0]] * len(kinds)  # kv_cache_utils.py:878 then :892
+    mode = _mamba_mode(rng, semantics, caching, bool(mamba))
+    if mode == "all":  # kv_cache_utils.py:785 (0.31.0): the hash block backs off to the lcm,
+        sizes = [sizes[0]] * len(kinds)  # which every block size must be a multiple of
     prompt = rng.randint(1, dist.prompt_chunks * max(sizes) * bpc)
     computed = _computed(rng, prompt, math.lcm(*sizes)) if caching else 0
     groups = []
@@ -147,7 +166,7 @@ def chunk_dict(rng: random.Random, semantics: str, dist: ChunkDist,
         if kind == "sliding_window":
             g["sliding_window"] = rng.randint(1, 3 * size * bpc)
         if kind == "mamba":
-            g["mamba_cache_mode"] = "align" if caching else "none"
+            g["mamba_cache_mode"] = mode
         if rng.random() < dist.eagle:
             g["eagle"] = True
         _mark(rng, g, range(n), 0.4, (("pending", dist.pending), ("deferred", 0.05),
@@ -182,6 +201,7 @@ def staggered_dict(rng: random.Random, semantics: str, dist: ChunkDist) -> dict[
     n = rng.randint(3, 6)
     prompt = n * size + rng.randint(0, size - 1)
     caching = rng.random() < 0.8
+    mode = _mamba_mode(rng, semantics, caching, "mamba" in kinds)  # one block size already
     groups = []
     for i, kind in enumerate(kinds):
         end = rng.randint(1, n)
@@ -190,7 +210,7 @@ def staggered_dict(rng: random.Random, semantics: str, dist: ChunkDist) -> dict[
         if kind == "sliding_window":
             g["sliding_window"] = rng.randint(1, 2 * size)
         if kind == "mamba":
-            g["mamba_cache_mode"] = "align" if caching else "none"
+            g["mamba_cache_mode"] = mode
         if rng.random() < 0.6:
             g["eagle"] = True
         if rng.random() < (0.6 if i == 0 else 0.2):
