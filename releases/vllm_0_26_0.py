@@ -38,5 +38,5 @@ SEMANTICS = child(
     summary="vLLM 0.26.0: 0.25.0's block lookup in chunks; start-up in offloading/config.py "
     "with blocks_per_chunk and the engine's Mamba mode; not in the proofs (no theorem "
     "claims).",
-    inherit_expect=False,  # the encodings do not model blocks_per_chunk (module doc)
+    # expectations: 0.25.0's (module doc)
 )

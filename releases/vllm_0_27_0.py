@@ -22,5 +22,5 @@ SEMANTICS = child(
     load_window_slack=1,
     summary="vLLM 0.27.0 (= 0.27.1): 0.26.0 whose load accepts one more pending GPU block "
     "in a sliding-window group; not in the proofs (no theorem claims).",
-    inherit_expect=False,  # as vllm-0.26.0
+    # expectations: 0.26.0's (module doc)
 )
