@@ -89,7 +89,8 @@ MODEL: dict[str, tuple[ModuleType, str, str, str, Scenario, str]] = {
     "blocks-per-chunk": (
         model.layout, "_chunk_factor",
         "s.blocks_per_chunk or 0,\n                                     has_bpc)",
-        "s.blocks_per_chunk or 0,\n                                     False)", parse_scenario(_raw()), "hit: encoding"),
+        "s.blocks_per_chunk or 0,\n                                     False)",
+        parse_scenario(_raw()), "hit: encoding"),
     "chunk-both": (
         model.layout, "_chunk_factor",
         "if has_bpc and s.block_size_factor != 1:", "if False:",
