@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from model.citations import cite
 from model.scenario import Scenario, ScenarioError
 from model.semantics import Semantics
+from releases import steps
+from releases.arith import INT
 
 
 class Refused(Exception):
@@ -104,15 +106,17 @@ def _window_in_blocks(kind: str, window: int | None, offloaded_block_size: int) 
 def _chunk_factor(s: Scenario, sem: Semantics) -> int:
     """GPU blocks per offloaded block: the extra config's ``block_size`` factor, or from
     0.26.0 its ``blocks_per_chunk`` (offloading/config.py:64-73 in 0.26.0)."""
-    if s.blocks_per_chunk is None:
-        return s.block_size_factor
-    if s.block_size_factor != 1:
+    has_bpc = s.blocks_per_chunk is not None
+    if has_bpc and s.block_size_factor != 1:
         raise Refused(
             cite(sem.base_version, "chunk_both"),
             "blocks_per_chunk with block_size_factor != 1: specify only one of "
             "'block_size' or 'blocks_per_chunk'",
         )
-    return s.blocks_per_chunk
+    # the step proofs/encoding.py reads too (releases.steps)
+    factor: int = steps.chunk_blocks(INT, s.block_size_factor, s.blocks_per_chunk or 0,
+                                     has_bpc)
+    return factor
 
 
 def check_mamba_modes(s: Scenario, sem: Semantics) -> None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from model.layout import GroupConfig, Layout, cdiv
 from model.scenario import Group, Scenario
+from releases import steps
 
 
 @dataclass(frozen=True)
@@ -104,9 +105,10 @@ def _group_load(cfg: GroupConfig, g: Group, s: Scenario, num_external_tokens: in
     assertion = None
     window = cfg.sliding_window_size_in_blocks
     # scheduler.py:728; 0.27.0 accepts ``slack`` (one) more block (its scheduler.py:918)
-    if window is not None and num_pending_gpu_blocks > window * factor + slack:
+    limit = None if window is None else steps.load_window_limit(window, factor, slack)
+    if limit is not None and num_pending_gpu_blocks > limit:
         assertion = (f"group {cfg.group_idx}: {num_pending_gpu_blocks} pending GPU blocks "
-                     f"exceed the window of {window * factor + slack} (scheduler.py:728)")
+                     f"exceed the window of {limit} (scheduler.py:728)")
     num_blocks = cdiv(num_cached_tokens, cfg.offloaded_block_size)  # scheduler.py:734
     blocks = range(0)
     if num_pending_gpu_blocks:

@@ -210,12 +210,12 @@ def _ready(query: list[z3.BoolRef], rich: bool) -> list[z3.BoolRef]:
     return query  # the abstract loop's queries use no store facts
 
 
-def _prompt_is(k: int, cfg: Config) -> list[z3.BoolRef]:
-    return [cfg.prompt == k]
+def _prompt_is(k: int, p: Problem) -> list[z3.BoolRef]:
+    return [p.cfg.prompt == k]
 
 
-def _prompt_at_most(bound: int, cfg: Config) -> list[z3.BoolRef]:
-    return [cfg.prompt <= bound]
+def _prompt_at_most(bound: int, p: Problem) -> list[z3.BoolRef]:
+    return [p.cfg.prompt <= bound]
 
 
 def proof_queries(
@@ -444,7 +444,9 @@ def prove(thm: Theorem, sem: Semantics, assumed: Sequence[str], timeout_ms: int)
     return "PROVED", ""
 
 
-Sizes = tuple[tuple[int, ...], int]  # GPU block sizes per group, block_size_factor
+# GPU block sizes per group, GPU blocks per offloaded block (block_size_factor, or from
+# vLLM 0.26.0 blocks_per_chunk: proofs.encoding.chunk_factor)
+Sizes = tuple[tuple[int, ...], int]
 # the layouts the counterexample search unrolls, in order: the template, then one without
 # a sliding-window group (there a hit the last group shrinks is not re-checked by a
 # window group's re-run, scheduler.py:574)
@@ -452,9 +454,12 @@ SEARCH_KINDS: tuple[tuple[str, ...], ...] = (TEMPLATE, (FA, MAMBA))
 
 
 def size_space(
-    max_block: int = 3, max_factor: int = 3, kinds: Sequence[str] = TEMPLATE
+    max_block: int = 3, max_factor: int = 3, kinds: Sequence[str] = TEMPLATE,
+    blocks_per_chunk: bool = False,
 ) -> list[Sizes]:
-    """Small concrete layouts the start-up checks accept, simplest first."""
+    """Small concrete layouts the start-up checks accept, simplest first; with
+    ``blocks_per_chunk`` (vLLM 0.26.0 on) also chunks of several GPU blocks of groups
+    whose block sizes differ (offloading/config.py:70 asks no one block size)."""
     out: list[Sizes] = []
     rng = range(1, max_block + 1)
     for gpu in itertools.product(rng, repeat=len(kinds)):
@@ -463,7 +468,7 @@ def size_space(
         if not (same or mamba_ok):
             continue  # kv_cache_utils.py:655 then base.py:493 refuse it
         for f in range(1, max_factor + 1):
-            if f == 1 or same:  # base.py:507
+            if f == 1 or same or blocks_per_chunk:  # base.py:507 (block_size_factor)
                 out.append((gpu, f))
     return sorted(out, key=lambda s: (sum(s[0]) * s[1], s[1], s[0]))
 
@@ -574,7 +579,7 @@ def bmc(
     passes: int = BMC_PASSES,
     bound: int = BMC_BLOCKS,
     sizes: Sizes | None = None,
-    extra: Callable[[Config], list[z3.BoolRef]] | None = None,
+    extra: Callable[[Problem], list[z3.BoolRef]] | None = None,
     kinds: Sequence[str] = TEMPLATE,
 ) -> tuple[z3.CheckSatResult, Problem, z3.Solver | None]:
     """Exact unrolling of up to ``passes`` passes (at most ``bound`` offloaded blocks per
@@ -585,9 +590,9 @@ def bmc(
     premises = list(u.premises)
     if sizes is not None:
         premises += [b == v for b, v in zip(p.cfg.gpu, sizes[0], strict=True)]
-        premises.append(p.cfg.factor == sizes[1])
+        premises.append(p.d.factor == sizes[1])
     if extra is not None:
-        premises += extra(p.cfg)
+        premises += extra(p)
     res, solver = _solve([*premises, *u.query, *u.cons], timeout_ms, new_bmc_solver)
     return res, p, (solver if res == z3.sat else None)
 
@@ -603,11 +608,12 @@ def _bool(m: z3.ModelRef, e: z3.BoolRef) -> bool:
 def scenario_from_model(m: z3.ModelRef, cfg: Config, sem: Semantics) -> dict[str, Any]:
     """The scenario file for a Z3 model (blocks beyond the prompt do not matter)."""
     factor = _int(m, cfg.factor)
+    bpc = _int(m, cfg.bpc) if sem.offloading_config and _bool(m, cfg.bpc_set) else None
     prompt = _int(m, cfg.prompt)
     groups = []
     for g, kind in enumerate(cfg.kinds):
         bs = _int(m, cfg.gpu[g])
-        nblocks = prompt // (bs * factor)
+        nblocks = prompt // (bs * (bpc or factor))
         st = cfg.stores[g]
         stored = [i for i in range(nblocks) if _bool(m, st.stored(z3.IntVal(i)))]
         grp: dict[str, Any] = {
@@ -635,6 +641,7 @@ def scenario_from_model(m: z3.ModelRef, cfg: Config, sem: Semantics) -> dict[str
     out: dict[str, Any] = {
         "semantics": sem.name,
         "block_size_factor": factor,
+        **({} if bpc is None else {"blocks_per_chunk": bpc}),
         "prompt_tokens": prompt,
         "num_computed_tokens": _int(m, cfg.computed),
         "groups": groups,
@@ -754,6 +761,8 @@ def _pin(
             pin.smallest(m, MODES["none"])
     for e in cfg.eagle:
         pin.prefer(z3.Not(e))
+    if sem.offloading_config:  # the chunk from block_size rather than blocks_per_chunk
+        pin.prefer(z3.Not(cfg.bpc_set))
     pin.prefer(cfg.prefix_caching)
     pin.prefer(z3.Not(cfg.skip_reading))
     pin.prefer(z3.Not(cfg.in_flight))
@@ -776,14 +785,15 @@ class _Fallback(Exception):
 JOINT_MS = 5_000
 
 
-def _one_of(layouts: Sequence[Sizes], hi: int) -> Callable[[Config], list[z3.BoolRef]]:
+def _one_of(layouts: Sequence[Sizes], hi: int) -> Callable[[Problem], list[z3.BoolRef]]:
     """The block sizes are one of ``layouts``, the prompt at most ``hi``."""
 
-    def extra(c: Config) -> list[z3.BoolRef]:
+    def extra(p: Problem) -> list[z3.BoolRef]:
+        c = p.cfg
         return [
             z3.Or(
                 [
-                    z3.And(*[b == v for b, v in zip(c.gpu, gpu, strict=True)], c.factor == f)
+                    z3.And(*[b == v for b, v in zip(c.gpu, gpu, strict=True)], p.d.factor == f)
                     for gpu, f in layouts
                 ]
             ),
@@ -820,7 +830,7 @@ def _least_joint(
         if solver is None:
             return None
         m = solver.model()
-        layout = (tuple(_int(m, b) for b in p.cfg.gpu), _int(m, p.cfg.factor))
+        layout = (tuple(_int(m, b) for b in p.cfg.gpu), _int(m, p.d.factor))
         return _int(m, p.cfg.prompt), list(layouts).index(layout)
 
     got = probe(layouts, hi)
@@ -959,7 +969,8 @@ def counterexample(
     solved: dict[tuple[int, int], tuple[Problem, z3.Solver]] = {}
     again: tuple[Problem, z3.Solver] | None = None  # the solver of the least's query
     for kinds in (TEMPLATE,) if sizes else SEARCH_KINDS:
-        layouts = list(sizes or size_space(kinds=kinds))
+        layouts = list(sizes or size_space(kinds=kinds,
+                                           blocks_per_chunk=sem.offloading_config))
         for passes in range(1, BMC_PASSES + 1):  # most counterexamples need one pass
             solved.clear()
             least, undecided = _least(thm, sem, assumed, passes, kinds, layouts, deadline, solved)

@@ -60,6 +60,8 @@ def concrete_config(s: Scenario) -> Config:
                   partial(_member, g.being_loaded))
             for g in s.groups
         ),
+        bpc=z3.IntVal(s.blocks_per_chunk or 1),
+        bpc_set=z3.BoolVal(s.blocks_per_chunk is not None),
     )
 
 
@@ -86,8 +88,9 @@ def _sat(cons: list[z3.BoolRef], solver: z3.Solver | None = None) -> bool:
 
 
 def _bound(s: Scenario) -> int:
-    return max(s.num_tokens // (g.gpu_block_size * s.context_parallel_size
-                                * s.block_size_factor) for g in s.groups) + 2
+    chunk = s.blocks_per_chunk or s.block_size_factor  # GPU blocks per offloaded block
+    return max(s.num_tokens // (g.gpu_block_size * s.context_parallel_size * chunk)
+               for g in s.groups) + 2
 
 
 def startup_holds(s: Scenario, mod: ModuleType = encoding_module) -> bool:

@@ -27,7 +27,9 @@ import z3
 
 from model.semantics import Semantics
 from proofs import terms as zt
+from proofs.arith import TurnArith
 from proofs.terms import is_bool_term, is_int_term
+from releases import steps
 
 FA, SW, MAMBA = "full_attention", "sliding_window", "mamba"
 MODE_NONE, MODE_ALIGN, MODE_ALL = 0, 1, 2
@@ -80,7 +82,7 @@ class Config:
 
     kinds: tuple[str, ...]
     gpu: tuple[z3.ArithRef, ...]
-    factor: z3.ArithRef
+    factor: z3.ArithRef  # block_size_factor: the extra config's token block_size / block
     prompt: z3.ArithRef
     computed: z3.ArithRef
     window: tuple[z3.ArithRef | None, ...]  # sliding_window in tokens (SW groups)
@@ -91,6 +93,10 @@ class Config:
     in_flight: z3.BoolRef
     mamba_block_size: z3.ArithRef
     stores: tuple[Store, ...]
+    # kv_connector_extra_config["blocks_per_chunk"] (vLLM 0.26.0 on: offloading/config.py:
+    # 70) and whether it is set; read only for a semantics with ``offloading_config``
+    bpc: z3.ArithRef = z3.IntVal(1)
+    bpc_set: z3.BoolRef = z3.BoolVal(False)
 
 
 def symbolic_config(kinds: Sequence[str], tag: str = "") -> Config:
@@ -124,6 +130,8 @@ def symbolic_config(kinds: Sequence[str], tag: str = "") -> Config:
         in_flight=z3.Bool(f"in_flight_transfers{tag}"),
         mamba_block_size=z3.Int(f"mamba_block_size{tag}"),
         stores=stores,
+        bpc=z3.Int(f"blocks_per_chunk{tag}"),
+        bpc_set=z3.Bool(f"blocks_per_chunk_set{tag}"),
     )
 
 
@@ -389,6 +397,9 @@ class Derived:
     # the GPU block size of a Mamba align group outside ``cfg`` (with an Env), when
     # align_on: what a precondition on every group's block size says of it too
     outside_align_gpu: z3.ArithRef | None = None
+    # GPU blocks per offloaded block (``releases.steps.chunk_blocks``): the
+    # block_size_factor, or from 0.26.0 blocks_per_chunk where it is set
+    factor: z3.ArithRef = z3.IntVal(1)
 
 
 @dataclass(frozen=True)
@@ -423,7 +434,8 @@ def derive(enc: Enc, cfg: Config, sem: Semantics, env: Env | None = None) -> Der
     if env is None:
         check_order(cfg.kinds)
     n = len(cfg.kinds)
-    obs = tuple(cfg.gpu[g] * cfg.factor for g in range(n))
+    factor = chunk_factor(enc, cfg, sem)
+    obs = tuple(cfg.gpu[g] * factor for g in range(n))
     keys = tuple(enc.floordiv(cfg.prompt, obs[g], f"keys{g}") for g in range(n))
     win: list[z3.ArithRef | None] = []
     for g, k in enumerate(cfg.kinds):
@@ -458,7 +470,7 @@ def derive(enc: Enc, cfg: Config, sem: Semantics, env: Env | None = None) -> Der
         enc.add(z3.Implies(env.align_on, env.any_windowed))  # align groups are Mamba
         any_windowed, align_on = env.any_windowed, env.align_on
         if sem.align_from != "cache_config":
-            align = env.align_gpu * cfg.factor
+            align = env.align_gpu * factor
         for g, k in enumerate(cfg.kinds):
             # kv_cache_utils.py:655 / base.py:493: a Mamba group has the smallest block
             # size; base.py:507: block_size_factor > 1 needs one block size
@@ -476,7 +488,16 @@ def derive(enc: Enc, cfg: Config, sem: Semantics, env: Env | None = None) -> Der
     eagle = tuple(z3.And(cfg.eagle[g], z3.BoolVal(sem.eagle)) for g in range(n))
     cap = tuple(k * o for k, o in zip(keys, obs, strict=True))
     return Derived(obs, keys, cap, tuple(win), start, eagle, align, align_on, full + windowed,
-                   windowed, any_windowed, None if env is None else env.align_gpu)
+                   windowed, any_windowed, None if env is None else env.align_gpu, factor)
+
+
+def chunk_factor(enc: Enc, cfg: Config, sem: Semantics) -> z3.ArithRef:
+    """GPU blocks per offloaded block: from 0.26.0 (``offloading_config``)
+    blocks_per_chunk where it is set, else block_size_factor (``releases.steps.
+    chunk_blocks``, the step model/layout.py reads)."""
+    if not sem.offloading_config:
+        return cfg.factor
+    return steps.chunk_blocks(TurnArith(enc), cfg.factor, cfg.bpc, cfg.bpc_set)
 
 
 def startup(cfg: Config, sem: Semantics) -> z3.BoolRef:
@@ -502,7 +523,22 @@ def startup(cfg: Config, sem: Semantics) -> z3.BoolRef:
         for a, b in itertools.combinations(mamba, 2):
             c.append(z3.Implies(z3.And(cfg.mode[a] == MODE_ALIGN, cfg.mode[b] == MODE_ALIGN),
                                 cfg.gpu[a] == cfg.gpu[b]))
+    if sem.offloading_config:
+        c += offloading_config_startup(cfg, mamba)
     return z3.And(c)
+
+
+def offloading_config_startup(cfg: Config, mamba: Sequence[int]) -> list[z3.BoolRef]:
+    """0.26.0 on (model/layout.py ``_chunk_factor``, ``check_mamba_modes``):
+    blocks_per_chunk is positive and not set beside a token block_size (offloading/
+    config.py:64-73); the engine runs every Mamba group in its one mode, "all" or
+    "align" with prefix caching on and "none" with it off (model_executor/models/
+    config.py:559-561, 596; config/cache.py:139)."""
+    c = [z3.Implies(cfg.bpc_set, z3.And(cfg.bpc >= 1, cfg.factor == 1))]
+    modes = [m for m in (cfg.mode[g] for g in mamba) if m is not None]
+    c += [a == b for a, b in itertools.combinations(modes, 2)]
+    c += [z3.If(cfg.prefix_caching, m != MODE_NONE, m == MODE_NONE) for m in modes]
+    return c
 
 
 # --- one group's lookup (scheduler.py:388, 407) ------------------------------------
@@ -793,7 +829,7 @@ def load_plan(enc: Enc, cfg: Config, d: Derived, hit: z3.ArithRef,
         local = enc.floordiv(cfg.computed, bs, f"local{g}")
         first = zmin(zmax(skipped_blocks, local), num_gpu_blocks)  # scheduler.py:716
         hi = enc.cdiv(end, d.obs[g], f"load_end{g}")  # scheduler.py:734
-        lo = enc.floordiv(first, cfg.factor, f"load_start{g}")  # scheduler.py:737
+        lo = enc.floordiv(first, d.factor, f"load_start{g}")  # scheduler.py:737
         # instances of (x // a) // b == x // (a * b) (proofs.layers.arithmetic_lemmas)
         enc.add(
             z3.Implies(first == skipped_blocks,

@@ -384,7 +384,7 @@ def final_query(sem: Semantics, assumed: Sequence[str],
     if sem.in_flight_check:
         deferred = cfg.in_flight
     if subcase is not None:  # block_size_factor 1 or more, rounding on or off
-        facts.append(cfg.factor == 1 if subcase & 1 else cfg.factor > 1)
+        facts.append(d.factor == 1 if subcase & 1 else d.factor > 1)
         facts.append(d.align_on if subcase & 2 else z3.Not(d.align_on))
     ctx = Context(enc, cfg, d, sem, Result(deferred, hit), m0, 0)
     if containment is not None:

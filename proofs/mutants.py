@@ -104,7 +104,7 @@ MUTANTS: tuple[Mutant, ...] = (
                "factor", "return align_groups[-1].gpu_block_size * cp"),),
            (_e(E, "derive", "align = obs[aligned[0]]", "align = cfg.gpu[aligned[0]]"),
             # the layered proof's queries see the align size through an Env
-            _e(E, "derive", "align = env.align_gpu * cfg.factor", "align = env.align_gpu"),
+            _e(E, "derive", "align = env.align_gpu * factor", "align = env.align_gpu"),
             _e(E, "derive", "align = z3.If(mode == MODE_ALIGN, obs[g], align)",
                "align = z3.If(mode == MODE_ALIGN, cfg.gpu[g], align)")),
            "no-partial-state"),

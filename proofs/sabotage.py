@@ -39,6 +39,16 @@ def _older() -> str:
     return releases.newest_proved(releases.get(releases.releases()[0]).family).name
 
 
+def _older_with(flag: str) -> Callable[[], str]:
+    """The older family's newest release the proofs encode that has the override
+    ``flag`` (a field of ``releases.base.Semantics``)."""
+    def name() -> str:
+        family = releases.get(releases.releases()[0]).family
+        return next(n for n in reversed(releases.releases(family))
+                    if n in releases.proved(family) and getattr(releases.get(n), flag))
+    return name
+
+
 @dataclass(frozen=True)
 class Sabotage:
     name: str
@@ -187,6 +197,25 @@ SABOTAGES: tuple[Sabotage, ...] = (
         '                out.append(use("down", a, b, lp.ok(g, a), lp.ok(g, b), when=_in(lp, g)))'
         '\n',
         "loads-stored-only", _older,
+    ),
+    Sabotage(
+        "blocks_per_chunk not read by the encoding (0.26.0 on: the chunk is the "
+        "block_size factor alone)",
+        "proofs/encoding.py",
+        "    return steps.chunk_blocks(TurnArith(enc), cfg.factor, cfg.bpc, cfg.bpc_set)\n",
+        "    return cfg.factor\n",
+        "no-partial-state", _older_with("offloading_config"),
+    ),
+    Sabotage(
+        "0.27.0's load slack not read by the encoding (valid hits as 0.26.0's)",
+        "proofs/theorems.py",
+        "            c.append(ld.pending <= steps.load_window_limit(win, d.factor,\n"
+        "                                                           sem.load_window_slack))\n",
+        "            c.append(ld.pending <= steps.load_window_limit(win, d.factor, 0))\n",
+        "maximality", _older_with("load_window_slack"),
+        uncaught="no verdict depends on it: maximality holds with the slack and without "
+        "(0.26.0 and 0.27.0 both proved), and its witness needs no hit only the slack makes "
+        "valid; tests/test_conformance_offloading.py catches it (the valid hits differ)",
     ),
 )
 

@@ -28,6 +28,7 @@ from proofs.encoding import (
     Store,
     load_plan,
 )
+from releases import steps
 
 # the layout the counterexample search unrolls (proofs use any layout: proofs.abstract)
 TEMPLATE = (FA, SW, MAMBA)
@@ -279,8 +280,9 @@ def valid_hit(ctx: Context, h: z3.ArithRef) -> z3.BoolRef:
         c.append(h >= d.obs[g])  # I4
         c.append(enc.forall(ld.lo, ld.hi, partial(_loadable, cfg.stores[g], cfg.prefix_caching)))
         win = d.win[g]
-        if win is not None:  # scheduler.py:728's assertion holds
-            c.append(ld.pending <= win * cfg.factor)
+        if win is not None:  # scheduler.py:728's assertion holds (0.27.0: :918-922)
+            c.append(ld.pending <= steps.load_window_limit(win, d.factor,
+                                                           sem.load_window_slack))
         if k == MAMBA:
             mode = cfg.mode[g]
             c.append(z3.Implies(z3.And(z3.Or(mode == MODE_ALIGN, mode == MODE_ALL),

@@ -64,14 +64,22 @@ _BUILT: dict[tuple[object, ...], tuple[list[z3.BoolRef], Any, z3.ArithRef,
 
 
 def _query(sem: Semantics, assumed: Sequence[str], maximal: bool, gpu: int, factor: int,
-           passes: int) -> tuple[z3.Solver, Any, z3.ArithRef, z3.ArithRef | None]:
+           passes: int, mixed: bool = False
+           ) -> tuple[z3.Solver, Any, z3.ArithRef, z3.ArithRef | None]:
     # with the functions that write the premises (a test or mutant may replace them)
     key = (sem.name, tuple(assumed), maximal, passes, theorems.valid_hit,
            theorems.precondition_formula)
     if key not in _BUILT:
         _BUILT[key] = _build(sem, assumed, maximal, passes)
     rest, cfg, res_hit, candidate = _BUILT[key]
-    sizes = [cfg.factor == factor] + [b == gpu for b in cfg.gpu]
+    if sem.offloading_config:
+        # a blocks_per_chunk layout: chunks of ``factor`` GPU blocks of each group, the
+        # groups of other kinds than Mamba in blocks twice the Mamba group's (``mixed``)
+        sizes = [cfg.bpc_set, cfg.bpc == factor, cfg.factor == 1] + [
+            b == (2 * gpu if mixed and k != MAMBA else gpu)
+            for b, k in zip(cfg.gpu, cfg.kinds, strict=True)]
+    else:
+        sizes = [cfg.factor == factor] + [b == gpu for b in cfg.gpu]
     s = z3.Solver()
     s.add(*(rest[:1] + sizes + rest[1:]))
     return s, cfg, res_hit, candidate
@@ -134,11 +142,11 @@ def _search(sem: Semantics, assumed: Sequence[str], maximal: bool, timeout_ms: i
             ) -> Witness:
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
-    for passes, gpu, factor in itertools.product(range(1, PASSES + 1), (1, 2), (1, 2)):
+    for passes, gpu, factor, mixed in _layouts(sem):
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
             break
-        s, cfg, hit, cand = _query(sem, assumed, maximal, gpu, factor, passes)
+        s, cfg, hit, cand = _query(sem, assumed, maximal, gpu, factor, passes, mixed)
         m = _solve_alone(s, left)
         if m is None:
             continue
@@ -150,10 +158,25 @@ def _search(sem: Semantics, assumed: Sequence[str], maximal: bool, timeout_ms: i
             return Witness(False, time.monotonic() - t0, scen, z_hit, z_cand,
                            f"witness not reproduced by model/ ({why}): encoding bug")
         return Witness(True, time.monotonic() - t0, scen, z_hit, z_cand)
+    where = (", blocks_per_chunk 2 (block sizes 1-4)" if sem.offloading_config
+             else " (block sizes 1-2)")
     return Witness(False, time.monotonic() - t0,
                    note=f"no run with a non-zero hit and a Mamba state load satisfies the "
-                        f"premises (within {PASSES} passes, {BLOCKS} blocks per group, "
-                        f"block sizes 1-2): the proof may be vacuous")
+                        f"premises (within {PASSES} passes, {BLOCKS} blocks per group"
+                        f"{where}): the proof may be vacuous")
+
+
+def _layouts(sem: Semantics) -> list[tuple[int, int, int, bool]]:
+    """(passes, GPU block size, GPU blocks per offloaded block, mixed sizes) in the order
+    the witness is searched. From vLLM 0.26.0 (``offloading_config``) only
+    blocks_per_chunk layouts of 2 blocks, with mixed block sizes first: the witness then
+    shows the premises hold on a layout only blocks_per_chunk gives, and its replay
+    through ``model/`` that the encoding reads blocks_per_chunk as the model does."""
+    passes = range(1, PASSES + 1)
+    if not sem.offloading_config:
+        return [(p, g, f, False) for p, g, f in itertools.product(passes, (1, 2), (1, 2))]
+    return [(p, g, 2, mixed) for p, mixed, g in itertools.product(passes, (True, False),
+                                                                  (1, 2))]
 
 
 def _solve_alone(s: z3.Solver, timeout_ms: int) -> z3.ModelRef | None:

@@ -61,3 +61,28 @@ def tail_search_one_block(a: Any, complete_boundary: Any, block: Any, prompt_tok
     complete boundary, no proof margin (those releases turn partial tails off when a group
     is EAGLE), so no cap by the request's hashes."""
     return a.min(prompt_tokens - 1, complete_boundary + block - 1)
+
+
+# --- the block lookup's start-up and load (vLLM 0.23.0-0.27.0) -------------------------
+# read by model/layout.py and model/load_plan.py on integers and by proofs/encoding.py and
+# proofs/theorems.py on Z3 terms. Lines are vLLM 0.26.0's (offloading/config.py,
+# offloading/scheduler.py).
+
+
+def chunk_blocks(a: Arith, block_size_factor: Any, blocks_per_chunk: Any, has_bpc: Any) -> Any:
+    """GPU blocks per offloaded block (the chunk): ``kv_connector_extra_config
+    ["blocks_per_chunk"]`` when set (config.py:69-70, from 0.26.0; one value for every
+    group, so each group's chunk is that many of its own GPU blocks), else the factor the
+    extra config's token ``block_size`` gives (config.py:75-88; before 0.26.0 the only
+    way, v1/kv_offload/base.py:507)."""
+    return a.ite(has_bpc, blocks_per_chunk, block_size_factor)
+
+
+def load_window_limit(window_blocks: Any, blocks_per_chunk: Any, slack: int) -> Any:
+    """The most pending GPU blocks a sliding-window group's load accepts
+    (``update_state_after_alloc``'s assertion, scheduler.py:822-826 of 0.26.0): the
+    window's chunks in GPU blocks, plus ``slack`` (0.27.0: one more, its scheduler.py:
+    918-922; ``Semantics.load_window_slack``). Without slack the term is the product alone
+    (the proofs of the older releases read the very terms they read before)."""
+    limit = window_blocks * blocks_per_chunk
+    return limit + slack if slack else limit

@@ -22,11 +22,23 @@ the spec built from an ``OffloadingConfig``), builds neither.
 
 Scenario fields: 0.25.0's + ``blocks_per_chunk``.
 
-Proofs: the Z3 encoding's start-up (proofs/encoding.py) takes one offloaded block per
-group and a block-size factor; a blocks_per_chunk layout is a block-size factor layout
-with per-group block sizes, which 0.24.0 refuses and the encoding's accepted-layout
-verdicts do not cover. So ``inherit_expect=False``: the proofs claim nothing for 0.26.0;
-its evidence is the cross-check against the real 0.26.0 scheduler.
+Proofs: every theorem's verdict is 0.25.0's, so the expectations are inherited
+(``python -m proofs --semantics vllm-0.26.0`` checks them; Z3 proves or refutes each, none
+left unknown). The encoding (proofs/encoding.py) reads this release's overrides as
+model/ does: the chunk is ``releases.steps.chunk_blocks`` GPU blocks of each group
+(blocks_per_chunk where set, else the block_size factor), and its start-up adds the
+refusals above (blocks_per_chunk positive and not beside block_size; the engine's one
+Mamba mode, never "none" with prefix caching on nor another with it off,
+``proofs.encoding.offloading_config_startup``). The layered proofs hold for every layout
+0.26.0 accepts, blocks_per_chunk layouts included: any number of groups of each kind,
+each with its own GPU block size, any blocks_per_chunk or block_size factor, window,
+prompt and GPU hit. Each proof's witness against vacuity is a blocks_per_chunk layout
+(chunks of 2 GPU blocks; groups in blocks twice the Mamba group's where the
+preconditions allow, else one size) replayed through model/, and the counterexamples
+over the accepted layouts are searched among blocks_per_chunk layouts too (block sizes
+1-3, chunks of 1-3 blocks) and replayed through model/ and the real 0.26.0 scheduler
+(``python -m sim.crosscheck --vllm 0.26.0``). Outside the proofs, as outside the model:
+context parallelism and resumed requests.
 """
 
 from releases import vllm_0_25_0
@@ -36,7 +48,6 @@ SEMANTICS = child(
     vllm_0_25_0.SEMANTICS, name="vllm-0.26.0", base_version="0.26.0", kind="release",
     offloading_config=True,
     summary="vLLM 0.26.0: 0.25.0's block lookup in chunks; start-up in offloading/config.py "
-    "with blocks_per_chunk and the engine's Mamba mode; not in the proofs (no theorem "
-    "claims).",
-    inherit_expect=False,  # the encodings do not model blocks_per_chunk (module doc)
+    "with blocks_per_chunk and the engine's Mamba mode.",
+    # expectations: 0.25.0's, every verdict the same (module doc)
 )

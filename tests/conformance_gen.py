@@ -18,8 +18,8 @@ from releases import vllm_0_23_0
 
 V023 = vllm_0_23_0.SEMANTICS.name
 
-# the block lookup's semantics the encoding encodes (those with theorem expectations; the
-# start-up of 0.26.0 on, blocks_per_chunk and the engine's Mamba mode, it does not)
+# the block lookup's semantics the encoding encodes (those with theorem expectations; from
+# 0.26.0 on with blocks_per_chunk layouts and the engine's one Mamba mode)
 SEMANTICS = {n: s for n, s in ALL_BLOCK.items() if n in releases.proved("block")}
 EAGLE_SEMANTICS = [n for n, s in SEMANTICS.items() if s.eagle]
 SHAPES = ("any", "eagle", "multipass", "prefix-caching-off")
@@ -63,8 +63,22 @@ def _scenario(draw: st.DrawFn, shape: str, only: str | None = None) -> Scenario:
     if not kinds:
         kinds = ["mamba"]
     multipass = shape == "multipass"
+    if only is not None:
+        semantics = only
+    else:
+        semantics = draw(st.sampled_from(EAGLE_SEMANTICS if shape == "eagle"
+                                         else list(SEMANTICS)))
+        if multipass:  # the 0.24.0 rounding cuts long prompts to few Mamba blocks
+            semantics = draw(st.sampled_from([V023, semantics]))
+    offloading_config = releases.get(semantics).offloading_config
     # many small blocks with holes: later groups cut the hit again and again
     factor = 1 if multipass else draw(st.sampled_from([1, 1, 2, 3]))
+    # from 0.26.0: half the layouts take blocks_per_chunk instead (config.py:70), with
+    # each group's own block size
+    bpc = None
+    if offloading_config and not multipass and draw(st.booleans()):
+        bpc, factor = draw(st.sampled_from([1, 2, 2, 3])), 1
+    chunk = bpc or factor  # GPU blocks per offloaded block
     base = draw(st.integers(1, 2 if multipass else 4))
     # start-up: a Mamba group has the smallest block size, or all sizes are equal
     # (kv_cache_utils.py:655, base.py:493); a factor needs one size (base.py:507)
@@ -85,10 +99,14 @@ def _scenario(draw: st.DrawFn, shape: str, only: str | None = None) -> Scenario:
         """Blocks 0..n kept with probability keep/10 each."""
         return frozenset(i for i in range(n + 1) if rnd.random() < keep / 10)
 
+    # from 0.26.0 the engine runs every Mamba group in one mode, set from prefix caching
+    # (model/layout.py check_mamba_modes)
+    engine_mode = (draw(st.sampled_from(["align", "align", "all"])) if prefix_caching
+                   else "none") if offloading_config else None
     groups = []
     eagle_at = draw(st.integers(0, len(kinds) - 1)) if shape == "eagle" else -1
     for i, (k, b) in enumerate(zip(kinds, sizes, strict=True)):
-        n = prompt // (b * factor)
+        n = prompt // (b * chunk)
         if multipass and k != "full_attention":
             stored = subset(n, 7 if k == "sliding_window" else 5)
         elif draw(st.integers(0, 2)) > 0:
@@ -99,20 +117,14 @@ def _scenario(draw: st.DrawFn, shape: str, only: str | None = None) -> Scenario:
             kind=k, gpu_block_size=b, stored=stored,
             sliding_window=draw(st.integers(1, 3 * b if multipass else 24))
             if k == "sliding_window" else None,
-            mamba_cache_mode=draw(st.sampled_from(["align", "align", "all", "none"]))
+            mamba_cache_mode=(engine_mode or draw(st.sampled_from(["align", "align", "all",
+                                                                    "none"])))
             if k == "mamba" else None,
             eagle=i == eagle_at or draw(st.integers(0, 9)) == 0,
             deferred=subset(n, 2) if draw(st.integers(0, 5)) == 0 else frozenset(),
             being_loaded=subset(n, 2) if not multipass and draw(st.integers(0, 5)) == 0
             else frozenset(),
         ))
-    if only is not None:
-        semantics = only
-    else:
-        semantics = draw(st.sampled_from(EAGLE_SEMANTICS if shape == "eagle"
-                                         else list(SEMANTICS)))
-        if multipass:  # the 0.24.0 rounding cuts long prompts to few Mamba blocks
-            semantics = draw(st.sampled_from([V023, semantics]))
     return Scenario(
         semantics=semantics,
         block_size_factor=factor, prompt_tokens=prompt, num_computed_tokens=computed,
@@ -122,4 +134,5 @@ def _scenario(draw: st.DrawFn, shape: str, only: str | None = None) -> Scenario:
         and draw(st.integers(0, 9)) == 0,
         in_flight_transfers=not multipass and draw(st.integers(0, 9)) == 0,
         mamba_block_size=draw(st.integers(1, 24)),
+        blocks_per_chunk=bpc,
     )

@@ -42,7 +42,8 @@ MANY = part(2000)  # CONFORMANCE_SHARE: CI's seeded subset (tests/subset.py)
 
 
 def _obs(s: Scenario, g: int) -> int:
-    return s.groups[g].gpu_block_size * s.context_parallel_size * s.block_size_factor
+    chunk = s.blocks_per_chunk or s.block_size_factor  # GPU blocks per offloaded block
+    return s.groups[g].gpu_block_size * s.context_parallel_size * chunk
 
 
 def _precondition_in_model(name: str, s: Scenario) -> bool:

@@ -26,9 +26,10 @@ def test_each_is_a_child_of_its_predecessor() -> None:
     assert releases.releases("block")[-4:] == (V024, V025, V026, V027)
     for n in (V025, V026, V027):
         assert releases.by_version(releases.get(n).base_version).name == n
-    # 0.25.0 inherits 0.24.0's theorem expectations; 0.26.0 and 0.27.0 claim none
-    assert releases.get(V025).expect == releases.get(V024).expect
-    assert not releases.get(V026).expect and not releases.get(V027).expect
+    # 0.25.0, 0.26.0 and 0.27.0 inherit 0.24.0's theorem expectations (Z3 gives each the
+    # same verdicts: their modules' "Proofs:" paragraphs)
+    for n in (V025, V026, V027):
+        assert releases.get(n).expect == releases.get(V024).expect
 
 
 def test_0_25_0_answers_and_loads_as_0_24_0_and_looks_up_otherwise() -> None:
