@@ -25,6 +25,7 @@ from model import layout_chunked
 from model.evaluate import evaluate
 from model.scenario import Scenario, parse_scenario
 from proofs import turn_chunked
+from proofs.conformance_chunked import release_layout
 from proofs.encoding import Enc
 
 FA, SW, MAMBA = turn_chunked.FA, turn_chunked.SW, turn_chunked.MAMBA
@@ -132,7 +133,7 @@ def admits(lay: Layout) -> str | None:
 def layout_of(s: Scenario) -> Layout:
     """A scenario ``model/`` accepts, as the encodings see it: the connector's GPU hit
     (rounded down to the scheduler block, ``model.layout_chunked.connector_tokens``)."""
-    lay = layout_chunked.resolve_layout(s)
+    lay = release_layout(s)
     groups = tuple(
         {"kind": g.kind, "gpu_block_size": g.gpu_block_size}
         | ({"sliding_window": g.sliding_window} if g.sliding_window is not None else {})
@@ -153,7 +154,7 @@ def admits_tails(s: Scenario) -> str | None:
     why = admits(layout_of(s))
     if why is not None:
         return why
-    lay = layout_chunked.resolve_layout(s)
+    lay = release_layout(s)
     block, tph = lay.partial_tail_block_size, lay.tokens_per_hash
     margin = any(g.eagle and g.kind == FA for g in s.groups)
     computed = layout_chunked.connector_tokens(lay, s.num_computed_tokens)

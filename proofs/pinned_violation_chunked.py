@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING
 
 import z3
 
-from model import layout_chunked
 from model.evaluate import evaluate
 from model.scenario import Scenario, parse_scenario
 from model.semantics import get_semantics
 from proofs import conformance_turn_chunked, turn_chunked
+from proofs.conformance_chunked import release_layout
 from releases.base import ChunkSteps
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ def _binds(f: Final, s: Scenario, hit: int, groups: tuple[int, ...]) -> list[z3.
     conc, bound = conformance_turn_chunked.concrete_config(s)
     kinds = [h.kind for h in s.groups]
     mamba = [h.gpu_block_size for h in s.groups if h.kind == turn_chunked.MAMBA]
-    out = [cfg.bpc == layout_chunked.resolve_layout(s).blocks_per_chunk,
+    out = [cfg.bpc == release_layout(s).blocks_per_chunk,
            cfg.prompt == s.num_tokens, cfg.computed == s.num_computed_tokens,
            cfg.prefix_caching == s.enable_prefix_caching,
            cfg.skip_reading == s.skip_reading_prefix_cache,

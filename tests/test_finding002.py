@@ -17,12 +17,11 @@ import z3
 
 from model.evaluate import evaluate
 from model.layout import cdiv
-from model.layout_chunked import resolve_layout
 from model.real_layouts import load_templates
 from model.scenario import Scenario, load_scenario_file, parse_scenario
 from proofs import check_chunked, encoding_chunked
 from proofs.conformance import preconditions_holding
-from proofs.conformance_chunked import concrete
+from proofs.conformance_chunked import concrete, release_layout
 from releases import vllm_0_24_0
 from tests.test_conformance_chunked import scenarios
 
@@ -62,7 +61,7 @@ def test_every_real_layout_keeps_full_chunks_within_a_windowed_chunk() -> None:
 
 
 def _full_chunk_within_windowed(s: Scenario) -> bool:
-    chunks = resolve_layout(s).groups
+    chunks = release_layout(s).groups
     windowed = [c.tokens_per_chunk for c, g in zip(chunks, s.groups, strict=True)
                 if g.kind != "full_attention"]
     full = [c.tokens_per_chunk for c, g in zip(chunks, s.groups, strict=True)
