@@ -135,14 +135,14 @@ SABOTAGES: tuple[Sabotage, ...] = (
     Sabotage(
         "a tightened per-group environment (derive: every block the Mamba block)",
         "proofs/turn_chunked.py",
-        "        enc.add(z3.Implies(z3.And(env.has_mamba, z3.Not(cfg.prefix_caching)),\n",
-        "        enc.add(z3.Implies(env.has_mamba,\n",
+        "        enc.add(z3.Implies(z3.And(env.has_mamba, z3.Or(z3.Not(cfg.prefix_caching),\n",
+        "        enc.add(z3.Implies(z3.And(env.has_mamba, z3.Or(z3.BoolVal(True),\n",
         "termination", _newest,
     ),
     Sabotage(
         "a tightened start-up rule (startup: its prefix-caching guard dropped)",
         "proofs/turn_chunked.py",
-        "        c.append(z3.Implies(z3.Not(cfg.prefix_caching),\n",
+        "        c.append(z3.Implies(z3.Or(z3.Not(cfg.prefix_caching), cfg.mamba_all),\n",
         "        c.append(z3.Implies(z3.BoolVal(True),\n",
         "termination", _newest,
     ),
