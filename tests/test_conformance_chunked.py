@@ -199,7 +199,10 @@ def test_witnesses_reach_multi_pass_and_violation() -> None:
 @pytest.mark.timeout(1200)
 def test_encoding_v033_conforms_to_model_many() -> None:
     seen = _run(MANY, part(20), seed=1, multipass=MANY // 20)
-    assert seen["2+ passes"] >= part(10) and seen["violation"] >= part(10), seen
+    # the violation floor is 8 in 2,000: 0.31.0's draws put 40 % of their Mamba groups in
+    # mode "all", where every chunk is equal and no invariant can fail, so violations are
+    # rarer since 0.30.0 and 0.31.0 joined the draw (2 in the quarter subset, seed 1)
+    assert seen["2+ passes"] >= part(10) and seen["violation"] >= part(8), seen
     print(dict(seen))
 
 
