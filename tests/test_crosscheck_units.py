@@ -152,3 +152,17 @@ def test_shrink_keeps_the_kind_of_disagreement() -> None:
     assert signature(["load assertion: model None vs real 'AssertionError at "
                       "vllm/distributed/x.py:658: '", "hit: model 1 vs real 2"]) == (
         "hit + load assertion@vllm/distributed/x.py:658")
+
+
+def test_env_build_refused_before_it_starts_when_the_disk_is_short(tmp_path, monkeypatch,
+                                                                   capsys) -> None:
+    # the last CI run filled its disk half way through a full environment (pip: "No space
+    # left on device", then a traceback); a short disk is now one line and exit 2, and the
+    # folder it would have filled is not made
+    monkeypatch.setenv("CROSSCHECK_VENVS", str(tmp_path / "venvs"))
+    monkeypatch.setattr(envs, "FULL_ENV_NEED_GB", envs.free_gb(tmp_path) + 1000.0)
+    assert envs.main(["--vllm", envs.VERSIONS[-1]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "GB free, a full environment needs" in err[0]
+    assert "CROSSCHECK_VENVS=" in err[0]
+    assert not (tmp_path / "venvs").exists()

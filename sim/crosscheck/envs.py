@@ -111,6 +111,27 @@ def _pip(version: str, *args: str) -> None:
         raise RuntimeError(f"pip install {' '.join(args)} failed for vLLM {version}")
 
 
+# free disk a full environment build asks for before it starts: the largest measured
+# (0.33.0's, with triton and flashinfer for sim/layouts: 3.7 GB) and pip's unpacking room
+FULL_ENV_NEED_GB = 5.0
+
+
+def free_gb(path: Path) -> float:
+    """Free space on the file system that holds ``path`` (its nearest existing parent)."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free / 1e9
+
+
+def check_disk(target: Path, need_gb: float) -> None:
+    """Refuse a build that cannot fit, before it starts, naming the place and the sizes."""
+    have = free_gb(target)
+    if have < need_gb:
+        raise RuntimeError(f"CROSSCHECK_VENVS={target.parent}: {have:.1f} GB free, a full "
+                           f"environment needs {need_gb:.0f} GB")
+
+
 def ensure_env(version: str, *, rebuild: bool = False) -> Path:
     """Make (or reuse) the environment for ``version``; returns its python."""
     if not rebuild and is_ready(version):
@@ -121,6 +142,7 @@ def ensure_env(version: str, *, rebuild: bool = False) -> Path:
     if target.exists():
         _say(f"vLLM {version}: rebuilding {target}")
         shutil.rmtree(target)
+    check_disk(target, FULL_ENV_NEED_GB)
     # (label, pip arguments); the first step makes the venv itself
     steps: list[tuple[str, list[str]]] = [
         ("venv", []),
@@ -442,14 +464,22 @@ def main(argv: list[str] | None = None) -> int:
         wanted = (built_releases() if args.vllm in ("all", ",".join(VERSIONS))
                   else tuple(v.strip() for v in args.vllm.split(",")))
         for v in wanted:
-            _say(f"vLLM {v}: {ensure_light_env(v)}")
+            try:
+                _say(f"vLLM {v}: {ensure_light_env(v)}")
+            except (RuntimeError, ValueError) as e:
+                _say(f"vLLM {v}: {e}")
+                return 2
         for alias in ALIASES if args.vllm == "all" else ():
             a, target, sha = alias_evidence(alias)
             _say(f"vLLM {a} = {target}: scheduler.py sha256 {sha[:16]} in both wheels "
                  "(not built)")
         return 0
     for v in args.vllm.split(","):
-        py = ensure_env(v.strip(), rebuild=args.rebuild)
+        try:
+            py = ensure_env(v.strip(), rebuild=args.rebuild)
+        except (RuntimeError, ValueError) as e:
+            _say(f"vLLM {v}: {e}")
+            return 2
         _say(f"vLLM {v}: {py}")
     return 0
 
