@@ -150,13 +150,13 @@ def test_nearest_release_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     rel23 = _tree(tmp_path / "r23", "a\nb\nc\n") / "vllm"
     rel24 = _tree(tmp_path / "r24", "a\nb\nd\n") / "vllm"
     pkgs = {"0.23.0": rel23, "0.24.0": rel24}
-    monkeypatch.setattr(prcheck, "release_package", pkgs.get)
+    monkeypatch.setattr(prcheck, "source_package", pkgs.get)
     branch = find_package(_tree(tmp_path / "b", "a\nb\nd\ne\n", version=None))
     near = prcheck.nearest_release(branch)
     assert near.version == "0.24.0" and near.distances == {"0.23.0": 2, "0.24.0": 1}
     declared = find_package(_tree(tmp_path / "d", "a\nb\nd\n", version="0.23.0"))
     assert prcheck.nearest_release(declared).version == "0.23.0"  # metadata wins
     assert prcheck.nearest_release(branch, "0.23.0").reason == "given by --base"
-    monkeypatch.setattr(prcheck, "release_package", lambda v: None)
+    monkeypatch.setattr(prcheck, "source_package", lambda v: None)
     newer = find_package(_tree(tmp_path / "n", version="0.24.1.dev3"))
     assert prcheck.nearest_release(newer).version == "0.24.0"  # newest not newer

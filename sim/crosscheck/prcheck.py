@@ -38,9 +38,9 @@ from sim.crosscheck.client import RealScheduler
 from sim.crosscheck.compare import compare, model_view
 from sim.crosscheck.envs import (
     ROOT,
-    ensure_env,
+    harness_python,
     modelled_releases,
-    release_package,
+    source_package,
     venvs_dir,
 )
 from sim.crosscheck.mapping import semantics_for, to_case
@@ -160,7 +160,7 @@ def nearest_release(tree: Tree, forced: str | None = None) -> Nearest:
     releases = modelled_releases()
     distances = {}
     for v in releases:
-        pkg = release_package(v)
+        pkg = source_package(v)
         if pkg is not None:
             distances[v] = cited_distance(tree.package, pkg, cited_paths(v))
     if forced is not None:
@@ -325,8 +325,10 @@ def check_tree(tree: Tree, *, examples: int = 2000, seed: int = 0,
     semantics = semantics_for(version)
     _say(f"nearest modelled release: vLLM {version} ({nearest.reason})")
     result = PRResult(tree, nearest, seed=seed)
-    ensure_env(version)
-    release_pkg = release_package(version)
+    # the release's full env when made, else its light env (made now): the scheduler
+    # path imports no compiled module, and a full env costs 2 GB and minutes on CI
+    harness_python(version)
+    release_pkg = source_package(version)
     assert release_pkg is not None
     if version not in nearest.distances:
         nearest.distances[version] = cited_distance(tree.package, release_pkg,
