@@ -2,7 +2,8 @@
 known bug re-introduced (exit 3, naming its invariant).  The trees are copied from the
 release's installed package in its environment, so no download is needed.
 
-Marked ``crosscheck`` (it starts the real scheduler in the 0.24.0 environment).
+Marked ``crosscheck`` (it starts the real scheduler in the 0.24.0 environment: the full
+one if made, else the light one).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.crosscheck.envs import ensure_env, release_package
+from sim.crosscheck.envs import harness_python, source_package
 from sim.crosscheck.knownbugs import BUGS_DIR, apply_patch, release_tree
 from sim.crosscheck.prcheck import check_tree
 from sim.crosscheck.prreport import render
@@ -21,8 +22,8 @@ pytestmark = pytest.mark.crosscheck
 
 
 def _release(tmp: Path) -> Path:
-    ensure_env("0.24.0")
-    pkg = release_package("0.24.0")
+    harness_python("0.24.0")  # the full env if made, else the light env (made now)
+    pkg = source_package("0.24.0")
     assert pkg is not None
     return release_tree(pkg, "0.24.0", tmp)
 
