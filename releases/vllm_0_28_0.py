@@ -28,6 +28,5 @@ SEMANTICS = child(
     vllm_0_29_0.SEMANTICS, name="vllm-0.28.0", base_version="0.28.0", kind="release",
     summary="vLLM 0.28.0: the first chunked lookup (_lookup_complete_chunks, partial "
     "tails); its lookup, start-up and load equal 0.29.0's for every scenario (the "
-    "releases differ on the store side); not in the proofs (no theorem claims).",
-    inherit_expect=False,  # the encodings do not model the overrides (module doc)
+    "releases differ on the store side).",
 )
