@@ -120,13 +120,18 @@ def test_the_tail_gate_conforms() -> None:
 @pytest.mark.conformance
 @pytest.mark.timeout(1200)
 def test_the_tail_gate_conforms_many() -> None:
+    """The floors count every release with 0.32.0's EAGLE rule (``tail_eagle`` off:
+    0.28.0-0.32.0), so that drawing more proved semantics in turn does not thin them."""
     seen: Counter[str] = Counter()
+    rule: Counter[str] = Counter()
     for s in _shaped(part(400), 1):  # CONFORMANCE_SHARE (tests/subset.py)
         _agree(s)
         on = tails_gate(s)[1]
         seen[f"{s.semantics}: tails {'on' if on else 'off'}"] += 1
-    assert (seen[f"{V032.name}: tails off"] >= part(10)
-            and seen[f"{V032.name}: tails on"] >= part(10)), seen
+        if not releases.get(s.semantics).steps.tail_eagle:
+            rule["on" if on else "off"] += 1
+    assert seen[f"{V032.name}: tails off"] and seen[f"{V032.name}: tails on"], seen
+    assert rule["off"] >= part(10) and rule["on"] >= part(10), seen
     print(dict(seen))
 
 
