@@ -18,7 +18,7 @@ from model.lookup import LookupResult, Segment, StepRow
 from model.scenario import Group, Scenario
 from model.semantics import Semantics
 from releases.arith import INT
-from releases.steps import keep_after_cut
+from releases.steps import eagle_query_end, keep_after_cut
 
 HIT, HIT_PENDING, RETRY, MISS = "HIT", "HIT_PENDING", "RETRY", "MISS"
 
@@ -196,10 +196,10 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
                                  max_hit_size_tokens, "less than one chunk left"))
                 return 0, f"group {group_idx}: less than one chunk ({tpc} tokens) left"
             window = cfg.sliding_window_size_in_chunks
-            query_max = max_hit_size_tokens
             # scheduler.py:936: every EAGLE group queries one more (0.29.0: windows only)
-            if is_eagle_unverified and (steps.eagle_query_all or window is not None):
-                query_max = min(max_hit_size_tokens + tpc, num_keys * tpc)
+            query_max = eagle_query_end(INT, max_hit_size_tokens, tpc, num_keys * tpc,
+                                        is_eagle_unverified,
+                                        steps.eagle_query_all or window is not None)
             num_chunks = min(cdiv(query_max, tpc), num_keys)  # scheduler.py:942
             start_chunk_idx = num_computed_tokens // tpc  # scheduler.py:943
             chunks = range(start_chunk_idx, max(start_chunk_idx, num_chunks))

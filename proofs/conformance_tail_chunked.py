@@ -48,6 +48,7 @@ def concrete_config(s: Scenario, mod: ModuleType = tail_module) -> tuple[Any, in
     """The tail encoding's configuration for ``s``; bounds on chunk indices and on the
     boundaries tried."""
     layout = release_layout(s)
+    steps = get_semantics(s.semantics).steps  # its lookup switches
     # one block size: the partial-tail block (scheduler.py:597), where tails are on
     block, tph = s.groups[0].gpu_block_size, layout.tokens_per_hash
     bound = s.prompt_tokens // block + 2
@@ -73,7 +74,8 @@ def concrete_config(s: Scenario, mod: ModuleType = tail_module) -> tuple[Any, in
         skip_reading=bv(s.skip_reading_prefix_cache), in_flight=bv(s.in_flight_transfers),
         has_new_cap=bv(s.max_num_new_tokens is not None), new_cap=iv(s.max_num_new_tokens or 0),
         has_load_cap=bv(s.max_load_tokens is not None), load_cap=iv(s.max_load_tokens or 0),
-        stores=stores, mamba_all=bv(mode_all(s)))
+        stores=stores, mamba_all=bv(mode_all(s)),
+        eagle_query_all=steps.eagle_query_all, load_windows=steps.load_windows)
     margin_on = bv(layout.max_eagle_proof_margin > 0)
     tc = mod.TailCfg(base, iv(tph), iv(block // tph), margin_on, tails,
                      tuple(z3.Int(f"hit_end{g}") for g in range(len(s.groups))),

@@ -35,6 +35,7 @@ def in_scope(s: Scenario) -> bool:
 def concrete_config(s: Scenario, mod: ModuleType = turn_module) -> tuple[Any, int]:
     """The turn encoding's configuration for ``s``, and a bound on its chunk indices."""
     layout = release_layout(s)  # its release's start-up (its steps)
+    steps = get_semantics(s.semantics).steps  # its lookup switches
     tpcs = [c.tokens_per_chunk for c in layout.groups]
     bound = max(s.prompt_tokens // t for t in tpcs) + 2
     iv, bv = z3.IntVal, z3.BoolVal
@@ -58,7 +59,8 @@ def concrete_config(s: Scenario, mod: ModuleType = turn_module) -> tuple[Any, in
         skip_reading=bv(s.skip_reading_prefix_cache), in_flight=bv(s.in_flight_transfers),
         has_new_cap=bv(s.max_num_new_tokens is not None), new_cap=iv(s.max_num_new_tokens or 0),
         has_load_cap=bv(s.max_load_tokens is not None), load_cap=iv(s.max_load_tokens or 0),
-        stores=stores, mamba_all=bv(mode_all(s)))
+        stores=stores, mamba_all=bv(mode_all(s)),
+        eagle_query_all=steps.eagle_query_all, load_windows=steps.load_windows)
     return cfg, bound
 
 

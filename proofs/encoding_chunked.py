@@ -38,6 +38,7 @@ import z3
 from model.semantics import Semantics
 from proofs.arith import BoundedArith
 from releases.base import ChunkSteps
+from releases.steps import eagle_query_end
 
 STOCK = ChunkSteps()  # vLLM 0.33.0's steps (an older release overrides some)
 
@@ -397,11 +398,13 @@ def prefix_lookup(enc: ChunkEnc, ans: Sequence[z3.ArithRef], start: z3.ArithRef,
 
 
 def window_lookup(enc: ChunkEnc, ans: Sequence[z3.ArithRef], start: z3.ArithRef,
-                  stop: z3.ArithRef, window: z3.ArithRef, initial: z3.ArithRef
-                  ) -> tuple[z3.ArithRef, z3.BoolRef]:
+                  stop: z3.ArithRef, window: z3.ArithRef, initial: z3.ArithRef,
+                  pending_anywhere: bool = False) -> tuple[z3.ArithRef, z3.BoolRef]:
     """``_sliding_window_lookup`` over chunks [start, stop) from the end: (end of the
     last run of ``window`` hits, the first run needing ``initial``, relative to
-    ``start``; deferred)."""
+    ``start``; deferred). ``pending_anywhere`` (without ``ChunkSteps.load_windows``,
+    0.29.0's scheduler.py:648-652): any HIT_PENDING scanned defers, not only one in the
+    run that decides."""
     done: z3.BoolRef = z3.BoolVal(False)
     out: z3.ArithRef = z3.IntVal(0)
     out_defer: z3.BoolRef = z3.BoolVal(False)
@@ -414,7 +417,8 @@ def window_lookup(enc: ChunkEnc, ans: Sequence[z3.ArithRef], start: z3.ArithRef,
         act = z3.And(z3.Not(done), start <= i, i < stop)
         counts = z3.Or(a == HIT, a == HIT_PENDING)  # scheduler.py:822, 824
         n_hits = z3.If(counts, hits + 1, 0)
-        n_pending = z3.If(a == HIT_PENDING, True, z3.And(counts, pending))
+        n_pending = (z3.Or(pending, a == HIT_PENDING) if pending_anywhere
+                     else z3.If(a == HIT_PENDING, True, z3.And(counts, pending)))
         n_defer = z3.Or(defer, a == RETRY)  # scheduler.py:830 (RETRY), :838 (MISS)
         n_required = z3.If(counts, required, window)
         fire = z3.And(act, n_hits == n_required)  # scheduler.py:843
@@ -514,7 +518,11 @@ def group_step(enc: ChunkEnc, cfg: ChunkConfig, d: ChunkDerived, sem: Semantics,
     m = z3.If(cfg.has_load_cap, enc.round_down(m, tpc, N + 1), m)  # :917: chunk-aligns
     m = enc.name(m, "max_hit")
     too_short = m - nc < tpc  # scheduler.py:921
-    query_max = z3.If(unverified, zmin(m + tpc, cap_tokens), m)  # scheduler.py:936
+    # scheduler.py:936: an unverified EAGLE group queries one more chunk (every group,
+    # ``steps.eagle_query_all``; 0.29.0: sliding-window groups only, its :762)
+    query_max = eagle_query_end(
+        arith(enc), m, tpc, cap_tokens, unverified,
+        sem.steps.eagle_query_all or window is not None)
     num_chunks = enc.name(zmin(enc.cdiv(query_max, tpc, N + 1), keys), "num_chunks")  # :942
     start = d.start[g]  # scheduler.py:943
     stop = zmax(start, num_chunks)
@@ -523,11 +531,15 @@ def group_step(enc: ChunkEnc, cfg: ChunkConfig, d: ChunkDerived, sem: Semantics,
     else:
         eagle_more = z3.If(unverified, 1, 0)
         required = window + eagle_more  # scheduler.py:961
-        candidate_end = zmin(m, enc.times(num_chunks - eagle_more, tpc, N))  # :964
-        initial = load_window(enc, cfg, d, g, candidate_end)  # scheduler.py:968
-        assert initial is not None
-        r, deferred = window_lookup(enc, cfg.ans[g], start, stop, required,
-                                    initial + eagle_more)  # scheduler.py:972
+        if sem.steps.load_windows:  # the first run needs the load window (from 0.30.0)
+            candidate_end = zmin(m, enc.times(num_chunks - eagle_more, tpc, N))  # :964
+            initial = load_window(enc, cfg, d, g, candidate_end)  # scheduler.py:968
+            assert initial is not None
+            initial = initial + eagle_more
+        else:  # 0.29.0's scheduler.py:633-664: every run needs the window
+            initial = required
+        r, deferred = window_lookup(enc, cfg.ans[g], start, stop, required,  # :972
+                                    initial, not sem.steps.load_windows)
     r = enc.name(r, "num_hit_chunks")
     deferred = enc.name(deferred, "deferred")
     hit_end = list(st.hit_end)
@@ -615,7 +627,8 @@ def result_of(enc: ChunkEnc, cfg: ChunkConfig, d: ChunkDerived, st: ChunkState,
     busy = []
     for g in range(len(cfg.kinds)):  # scheduler.py:1022: a hit chunk is being loaded
         tpc = d.tpc[g]
-        window = load_window(enc, cfg, d, g, end)  # scheduler.py:1027
+        # scheduler.py:1027: the load window (0.29.0, :847-849: the plain window)
+        window = load_window(enc, cfg, d, g, end) if steps.load_windows else d.win[g]
         hi = zmin(enc.cdiv(end, tpc, N + 1), d.keys[g])  # scheduler.py:1035
         lo = d.start[g] if window is None else zmax(d.start[g], hi - window)
         busy.append(z3.Or([z3.And(lo <= i, i < hi, b) for i, b in enumerate(cfg.loading[g])]))

@@ -49,6 +49,16 @@ def _older_with(flag: str) -> Callable[[], str]:
     return name
 
 
+def _chunked_without(step: str) -> Callable[[], str]:
+    """The newest chunked release the proofs encode without the lookup switch ``step``
+    (a field of ``releases.base.ChunkSteps``: vLLM 0.29.0's ``load_windows``)."""
+    def name() -> str:
+        return next(n for n in reversed(releases.releases("chunked"))
+                    if n in releases.proved("chunked")
+                    and not getattr(releases.get(n).steps, step))
+    return name
+
+
 @dataclass(frozen=True)
 class Sabotage:
     name: str
@@ -216,6 +226,15 @@ SABOTAGES: tuple[Sabotage, ...] = (
         uncaught="no verdict depends on it: maximality holds with the slack and without "
         "(0.26.0 and 0.27.0 both proved), and its witness needs no hit only the slack makes "
         "valid; tests/test_conformance_offloading.py catches it (the valid hits differ)",
+    ),
+    Sabotage(
+        "0.29.0's plain window not read by the bounded encoding (its first run needs the "
+        "load window, as 0.30.0's)",
+        "proofs/encoding_chunked.py",
+        "        if sem.steps.load_windows:  # the first run needs the load window (from "
+        "0.30.0)\n",
+        "        if True:\n",
+        "loads-stored-only", _chunked_without("load_windows"),
     ),
 )
 

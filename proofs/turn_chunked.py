@@ -46,6 +46,7 @@ from proofs.encoding import (
     zmin,
 )
 from releases.base import ChunkSteps
+from releases.steps import eagle_query_end
 
 FA, SW, MAMBA = "full_attention", "sliding_window", "mamba"
 STOCK = ChunkSteps()  # vLLM 0.33.0's steps (a fix overrides some: releases.steps)
@@ -73,12 +74,19 @@ class Cfg:
     # the Mamba groups run cache mode "all" (the engine's one mode, prefix caching on): a
     # mode of vLLM 0.28.0-0.31.0 only (``ChunkSteps.mamba_all``: ``symbolic_config``)
     mamba_all: z3.BoolRef = z3.BoolVal(False)
+    # the release's lookup switches (``ChunkSteps``; 0.33.0's by default): every
+    # unverified EAGLE group queries one more chunk (0.29.0: sliding-window groups only),
+    # and sliding windows use the load window (0.29.0: the plain window everywhere, any
+    # scanned HIT_PENDING defers)
+    eagle_query_all: bool = True
+    load_windows: bool = True
 
 
 def symbolic_config(kinds: Sequence[str], tag: str = "", steps: ChunkSteps = STOCK) -> Cfg:
     """``steps``: the release's; with ``mamba_all`` (0.28.0-0.31.0) the Mamba groups may
     run mode "all", a symbol; else mode "all" is no mode (False). A request cap the
-    release lacks (``cap_new_tokens``, ``cap_load_tokens``) is never set (False)."""
+    release lacks (``cap_new_tokens``, ``cap_load_tokens``) is never set (False); the
+    lookup switches ``eagle_query_all`` and ``load_windows`` are the release's."""
     n = len(kinds)
     i, b = z3.IntSort(), z3.BoolSort()
     return Cfg(
@@ -105,6 +113,7 @@ def symbolic_config(kinds: Sequence[str], tag: str = "", steps: ChunkSteps = STO
                            z3.Function(f"deferred{g}{tag}", i, b),
                            z3.Function(f"loading{g}{tag}", i, b)) for g in range(n)),
         mamba_all=z3.Bool(f"mamba_mode_all{tag}") if steps.mamba_all else z3.BoolVal(False),
+        eagle_query_all=steps.eagle_query_all, load_windows=steps.load_windows,
     )
 
 
@@ -283,18 +292,25 @@ def _no_run(enc: Enc, st: Store, lo: z3.ArithRef, e: z3.ArithRef, v: z3.ArithRef
     return enc.forall(lo, e - v + 1, lambda p: enc.exists_gap(p, v, st.stored, gap))
 
 
-def _defers(st: Store, run_hi: z3.ArithRef, i: z3.ArithRef) -> z3.BoolRef:
+def _defers(st: Store, run_hi: z3.ArithRef, i: z3.ArithRef,
+            pending_anywhere: bool = False) -> z3.BoolRef:
     """Chunk ``i`` defers the scan: a RETRY anywhere scanned (scheduler.py:830), or a
-    HIT_PENDING inside the run that fires (pending_in_window, :824; a gap resets it)."""
+    HIT_PENDING inside the run that fires (pending_in_window, :824; a gap resets it);
+    ``pending_anywhere`` (without ``load_windows``, 0.29.0's scheduler.py:648-652): a
+    HIT_PENDING anywhere scanned."""
+    if pending_anywhere:
+        return st.deferred(i)
     return z3.And(st.deferred(i), z3.Or(i < run_hi, z3.Not(st.stored(i))))
 
 
 def window_lookup(enc: Enc, st: Store, s: z3.ArithRef, e: z3.ArithRef, v: z3.ArithRef,
-                  u: z3.ArithRef) -> tuple[z3.ArithRef, z3.BoolRef]:
+                  u: z3.ArithRef, pending_anywhere: bool = False
+                  ) -> tuple[z3.ArithRef, z3.BoolRef]:
     """``_sliding_window_lookup`` over chunks [s, e) (e >= s), scanning down from e - 1:
     the first run needs ``u`` counting chunks (initial_window, :819), any run after a
     gap ``v`` (u >= v). Returns (the end of the run that fires, relative to s, or the
-    run of counting chunks at s when none fires; deferred)."""
+    run of counting chunks at s when none fires; deferred). ``pending_anywhere``:
+    ``_defers``'s."""
     top = enc.fresh_bool("window_top")  # the first run fires at e
     gapless = enc.fresh_bool("window_gapless")  # no gap and no room for the first run
     p = enc.fresh_int("window_gap")  # else: the highest gap (it is at or above e - u)
@@ -319,9 +335,10 @@ def window_lookup(enc: Enc, st: Store, s: z3.ArithRef, e: z3.ArithRef, v: z3.Ari
         z3.Implies(z3.And(below, z3.Not(found)), z3.And(
             h >= 0, s + h <= p, enc.forall(s, s + h, st.stored),
             z3.Or(s + h == p, z3.Not(st.stored(s + h))), _no_run(enc, st, s, p, v))),
-        z3.Implies(deferred, z3.And(run_lo <= wit, wit < e, _defers(st, run_hi, wit))),
-        z3.Implies(z3.Not(deferred),
-                   enc.forall(run_lo, e, lambda i: z3.Not(_defers(st, run_hi, i)))),
+        z3.Implies(deferred, z3.And(run_lo <= wit, wit < e,
+                                    _defers(st, run_hi, wit, pending_anywhere))),
+        z3.Implies(z3.Not(deferred), enc.forall(
+            run_lo, e, lambda i: z3.Not(_defers(st, run_hi, i, pending_anywhere)))),
     )
     return z3.If(found, j - s, h), deferred  # scheduler.py:843, :847
 
@@ -393,7 +410,10 @@ def group_step(enc: Enc, cfg: Cfg, d: D, sem: Semantics, st: State, g: int
     aligned = enc.floordiv(m, tpc, f"chunk_aligned{g}")
     m = z3.If(cfg.has_load_cap, tpc * aligned, m)  # scheduler.py:917: chunk-aligns
     too_short = m - nc < tpc  # scheduler.py:921
-    query_max = z3.If(unverified, zmin(m + tpc, cap), m)  # scheduler.py:936
+    # scheduler.py:936: an unverified EAGLE group queries one more chunk (every group,
+    # ``eagle_query_all``; 0.29.0: sliding-window groups only, its :762)
+    query_max = eagle_query_end(arith, m, tpc, cap, unverified,
+                                cfg.eagle_query_all or window is not None)
     num_chunks = zmin(enc.cdiv(query_max, tpc, f"query_end{g}"), keys)  # :942
     start = d.start[g]  # scheduler.py:943
     stop = zmax(start, num_chunks)
@@ -401,11 +421,16 @@ def group_step(enc: Enc, cfg: Cfg, d: D, sem: Semantics, st: State, g: int
         r, deferred = prefix_lookup(enc, cfg.stores[g], start, stop)
     else:
         more = z3.If(unverified, 1, 0)
-        candidate_end = zmin(m, (num_chunks - more) * tpc)  # scheduler.py:964
-        initial = load_window(enc, cfg, d, g, candidate_end)  # scheduler.py:968
-        assert initial is not None
-        r, deferred = window_lookup(enc, cfg.stores[g], start, stop, window + more,  # :961
-                                    initial + more)  # scheduler.py:972
+        if cfg.load_windows:  # the first run needs the load window (from 0.30.0)
+            candidate_end = zmin(m, (num_chunks - more) * tpc)  # scheduler.py:964
+            initial = load_window(enc, cfg, d, g, candidate_end)  # scheduler.py:968
+            assert initial is not None
+        else:  # 0.29.0's scheduler.py:633-664: every run needs the window
+            initial = window
+        # without load windows any scanned HIT_PENDING defers (0.29.0's :648-652)
+        scan = partial(window_lookup, pending_anywhere=not cfg.load_windows)
+        r, deferred = scan(enc, cfg.stores[g], start, stop, window + more,  # :961
+                           initial + more)  # scheduler.py:972
     no_hit = z3.And(z3.Not(deferred), r == 0)  # scheduler.py:978
     popped = z3.If(unverified, r - 1, r)  # scheduler.py:984: pop the volatile chunk
     verified = list(st.verified)
@@ -488,7 +513,8 @@ def result_of(enc: Enc, cfg: Cfg, d: D, st: State,
     busy = []
     for g in range(len(cfg.kinds)) if groups is None else groups:
         tpc = d.tpc[g]
-        window = load_window(enc, cfg, d, g, end)  # scheduler.py:1027
+        # scheduler.py:1027: the load window (0.29.0, :847-849: the plain window)
+        window = load_window(enc, cfg, d, g, end) if cfg.load_windows else d.win[g]
         hi = zmin(enc.cdiv(end, tpc, f"busy_end{g}"), d.keys[g])  # scheduler.py:1035
         lo = d.start[g] if window is None else zmax(d.start[g], hi - window)
         flag = enc.fresh_bool(f"busy{g}")

@@ -44,6 +44,18 @@ def reround_after_cut(a: Arith, max_hit: Any, align_on: Any, align: Any, label: 
     return a.ite(align_on, a.round_down(max_hit, align, label), max_hit)
 
 
+def eagle_query_end(a: Arith, max_hit: Any, tokens_per_chunk: Any, cap: Any,
+                    unverified: Any, widens: bool) -> Any:
+    """The end of a group's query (scheduler.py:936): an unverified EAGLE group asks for
+    one more chunk (popped after, :984), no further than its last keyed chunk (``cap``).
+    ``widens``: whether this group widens at all (``ChunkSteps.eagle_query_all``, from
+    0.30.0, or the group has a window: 0.29.0's scheduler.py:762 widens sliding-window
+    groups only, and a full-attention EAGLE group pops one of its ``max_hit`` chunks)."""
+    if not widens:
+        return max_hit
+    return a.ite(unverified, a.min(max_hit + tokens_per_chunk, cap), max_hit)
+
+
 def tail_search_with_proofs(a: Any, complete_boundary: Any, block: Any, prompt_tokens: Any,
                             hashed_tokens: Any, margin: Any, has_margin: Any) -> Any:
     """vLLM 0.33.0, the partial tail's search end before the caps (scheduler.py:1083-1093):

@@ -16,9 +16,14 @@ cross-check).
 
 Scenario fields: 0.29.0's (neither cap; mode ``all``).
 
-Proofs: as 0.29.0 - 0.31.0, ``expect`` is empty: no theorem claims (0.29.0's module
-doc says what the encodings lack). Its evidence is the cross-check against the real
-0.28.0 scheduler (``python -m sim.crosscheck --vllm 0.28.0``).
+Proofs: 0.29.0's expectations, inherited (its steps are 0.29.0's): leaves-last-token
+and termination proved over every layout 0.28.0 accepts; no-partial-state, whole-blocks
+and maximality proved under their preconditions and failing over the accepted layouts;
+loads-stored-only fails (0.29.0's module doc: the plain window; the real 0.28.0
+scheduler answers ``tests/scenarios/vllm-0.29.0/window-first-run-plain.json`` as the
+model, hit 18). ``python -m proofs --semantics vllm-0.28.0`` matches each, and its
+counterexamples over the accepted layouts agree with the real 0.28.0 scheduler
+(``python -m sim.crosscheck --vllm 0.28.0 --light --scenarios DIR``).
 """
 
 from releases import vllm_0_29_0
@@ -28,6 +33,5 @@ SEMANTICS = child(
     vllm_0_29_0.SEMANTICS, name="vllm-0.28.0", base_version="0.28.0", kind="release",
     summary="vLLM 0.28.0: the first chunked lookup (_lookup_complete_chunks, partial "
     "tails); its lookup, start-up and load equal 0.29.0's for every scenario (the "
-    "releases differ on the store side); not in the proofs (no theorem claims).",
-    inherit_expect=False,  # the encodings do not model the overrides (module doc)
+    "releases differ on the store side).",
 )

@@ -25,17 +25,41 @@ EAGLE fallback when speculative decoding tags no group (:230-231: every group is
 
 Scenario fields: 0.30.0's less ``max_num_new_tokens`` (so neither cap).
 
-Proofs: as 0.30.0 and 0.31.0, ``expect`` is empty: no theorem claims (mode "all",
-0.31.0's module doc; nor do the encodings read C4's ``eagle_query_all`` or C5's
-``load_windows``: their complete-chunk turns are 0.33.0's). Its evidence is the
-cross-check against the real 0.29.0 scheduler (``python -m sim.crosscheck --vllm
-0.29.0``).
+Proofs: 0.30.0's expectations, inherited, but loads-stored-only, which fails (each
+verdict checked by Z3, below). Both Z3 encodings read C1 as 0.30.0 reads C2 (no
+``max_num_new_tokens`` symbol or value: ``releases/vllm_0_30_0.py``), and C4 and C5:
+the group's turn widens the EAGLE query through ``releases.steps.eagle_query_end``
+(the model's step, run on Z3 terms) with ``eagle_query_all`` off, and without
+``load_windows`` the window scan's first run needs the plain window, any HIT_PENDING it
+scans defers, and the being-loaded check slices the plain window
+(``proofs.encoding_chunked.group_step``, ``window_lookup``, ``result_of``;
+``proofs.turn_chunked``'s, through its configuration's switches, which
+``symbolic_config`` takes from the release). ``tests/test_conformance_chunked_releases.py``
+pins each of the four reads from either side (a copy of either encoding without the
+read, or the model with 0.30.0's step, answers a file of ``tests/scenarios/vllm-0.29.0/``
+otherwise). Each verdict of ``python -m proofs --semantics vllm-0.29.0`` matches:
+leaves-last-token and termination proved over every layout 0.29.0 accepts, partial
+tails on or off; no-partial-state, whole-blocks and maximality proved under their
+preconditions and failing over the accepted layouts (maximality's precondition
+caps-reach-prompt holds trivially: no cap); loads-stored-only fails, with no
+precondition: a sliding-window group's hit that ends inside its chunk (cut there by
+another group's chunk) is confirmed by the plain window, while the load reads the
+window's tokens from the chunk before it, which the lookup never asked about (0.30.0's
+load window, ``load_window_size_in_chunks``, asks for it). The file
+``window-first-run-plain.json`` is such a request: the real 0.29.0 and 0.28.0 schedulers
+answer its hit of 18 (``python -m sim.crosscheck --vllm 0.29.0 --light --scenarios
+tests/scenarios/vllm-0.29.0``), so the break is 0.29.0's, not the model's; the
+counterexamples over the accepted layouts agree with the real 0.29.0 scheduler too
+(``--scenarios DIR`` of ``python -m publish --report DIR``). Maximality's valid hits
+stay 0.33.0's (``model/maximality_chunked.py``: the load window's chunks ready): the
+hits whose load reads only ready chunks, the same definition on every release, so the
+plain windows widen none.
 """
 
 from dataclasses import replace
 
 from releases import vllm_0_30_0
-from releases.base import child
+from releases.base import Expect, child
 
 SEMANTICS = child(
     vllm_0_30_0.SEMANTICS, name="vllm-0.29.0", base_version="0.29.0", kind="release",
@@ -43,6 +67,7 @@ SEMANTICS = child(
                   eagle_query_all=False, load_windows=False),
     summary="vLLM 0.29.0: 0.30.0's lookup without the max_num_new_tokens cap, without "
     "load windows (any scanned HIT_PENDING in a window defers) and with the EAGLE extra "
-    "chunk queried by sliding-window groups only; not in the proofs (no theorem claims).",
-    inherit_expect=False,  # the encodings do not model the overrides (module doc)
+    "chunk queried by sliding-window groups only.",
+    # its load reads a window chunk its first run never looked up (module doc)
+    expect={"loads-stored-only": Expect(holds=False, accepted=False, pre=())},
 )

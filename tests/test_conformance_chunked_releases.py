@@ -120,13 +120,18 @@ def test_the_tail_gate_conforms() -> None:
 @pytest.mark.conformance
 @pytest.mark.timeout(1200)
 def test_the_tail_gate_conforms_many() -> None:
+    """The floors count every release with 0.32.0's EAGLE rule (``tail_eagle`` off:
+    0.28.0-0.32.0), so that drawing more proved semantics in turn does not thin them."""
     seen: Counter[str] = Counter()
+    rule: Counter[str] = Counter()
     for s in _shaped(part(400), 1):  # CONFORMANCE_SHARE (tests/subset.py)
         _agree(s)
         on = tails_gate(s)[1]
         seen[f"{s.semantics}: tails {'on' if on else 'off'}"] += 1
-    assert (seen[f"{V032.name}: tails off"] >= part(10)
-            and seen[f"{V032.name}: tails on"] >= part(10)), seen
+        if not releases.get(s.semantics).steps.tail_eagle:
+            rule["on" if on else "off"] += 1
+    assert seen[f"{V032.name}: tails off"] and seen[f"{V032.name}: tails on"], seen
+    assert rule["off"] >= part(10) and rule["on"] >= part(10), seen
     print(dict(seen))
 
 
@@ -432,3 +437,106 @@ def test_the_model_with_a_cap_the_release_lacks_fails(field: str,
         with pytest.raises(AssertionError, match="start-up constraints refuse"):
             bounded.conforms(s)
         monkeypatch.undo()
+
+
+# --- vLLM 0.29.0 (and 0.28.0): the EAGLE query and the plain windows ----------------------
+#
+# 0.29.0 widens an unverified EAGLE group's query by one chunk only for a sliding-window
+# group (``ChunkSteps.eagle_query_all``, C4 of docs/releases-overrides.md; its
+# scheduler.py:762) and has no load windows (``ChunkSteps.load_windows``, C5): every run
+# of ``_sliding_window_lookup`` needs the plain window (:633-664), any HIT_PENDING it scans
+# defers (:648-652), and the being-loaded check slices the plain window (:841-849). Both
+# encodings read each of the four (``proofs.encoding_chunked.group_step`` and
+# ``result_of`` with the release's steps; ``proofs.turn_chunked``'s through its
+# configuration). Each read is pinned here from either side on a file of 0.29.0 whose
+# answer it changes (the real 0.29.0 and 0.28.0 schedulers' answers:
+# ``tests/test_release_load_windows.py``).
+
+V029 = releases.by_version("0.29.0")
+V028 = releases.by_version("0.28.0")
+HERE_029 = ROOT / "tests" / "scenarios" / V029.name
+# read: (its file, the step, the bounded encoding's line without it, the layered turn's)
+READS_029 = {
+    "eagle-query": (
+        "eagle-attention-no-extra-chunk.json", "eagle_query_all",
+        ("        sem.steps.eagle_query_all or window is not None)\n", "        True)\n"),
+        ("                                cfg.eagle_query_all or window is not None)\n",
+         "                                True)\n")),
+    "first-run-window": (
+        "window-first-run-plain.json", "load_windows",
+        ("        if sem.steps.load_windows:  # the first run needs the load window (from "
+         "0.30.0)\n", "        if True:\n"),
+        ("        if cfg.load_windows:  # the first run needs the load window (from 0.30.0)\n",
+         "        if True:\n")),
+    "pending-anywhere": (
+        "window-pending-above-a-miss.json", "load_windows",
+        ("                                    initial, not sem.steps.load_windows)\n",
+         "                                    initial, False)\n"),
+        ("        scan = partial(window_lookup, pending_anywhere=not cfg.load_windows)\n",
+         "        scan = partial(window_lookup, pending_anywhere=False)\n")),
+    "being-loaded-window": (
+        "window-being-loaded-plain.json", "load_windows",
+        ("        window = load_window(enc, cfg, d, g, end) if steps.load_windows else "
+         "d.win[g]\n", "        window = load_window(enc, cfg, d, g, end)\n"),
+        ("        window = load_window(enc, cfg, d, g, end) if cfg.load_windows else d.win[g]\n",
+         "        window = load_window(enc, cfg, d, g, end)\n")),
+}
+
+
+def _file_029(read: str, name: str = V029.name) -> Scenario:
+    s = replace(load_scenario_file(HERE_029 / READS_029[read][0]), semantics=name)
+    assert in_scope(s) and layers.in_scope(s), read
+    return s
+
+
+def test_0_29_0_and_0_28_0_are_proved_and_drawn() -> None:
+    for sem in (V029, V028):
+        assert sem.name in releases.proved("chunked") and sem.name in gen.SEMANTICS
+    assert V028.steps == V029.steps
+
+
+@pytest.mark.parametrize("read", sorted(READS_029))
+@pytest.mark.parametrize("name", [V029.name, V028.name])
+def test_the_0_29_0_files_conform_in_both_encodings(read: str, name: str) -> None:
+    s = _file_029(read, name)
+    bounded.conforms(s)
+    layers.conforms(s)
+
+
+@pytest.mark.parametrize("which", ["bounded", "layered"])
+@pytest.mark.parametrize("read", sorted(READS_029))
+def test_the_encodings_without_a_0_29_0_read_fail(read: str, which: str) -> None:
+    """A copy of either encoding without the read (0.30.0's step in its place) answers
+    the file otherwise than model/."""
+    s = _file_029(read)
+    _, _, bounded_text, layered_text = READS_029[read]
+    if which == "bounded":
+        mod = sabotaged_copy(encoding_chunked, *bounded_text, f"v029-{read}")
+        with pytest.raises(AssertionError, match="hit: encoding"):
+            bounded.conforms(s, mod)
+    else:
+        mod = sabotaged_copy(turn_chunked, *layered_text, f"v029-{read}")
+        with pytest.raises(AssertionError, match="hit: encoding"):
+            layers.conforms(s, mod)
+
+
+@pytest.mark.parametrize("read", sorted(READS_029))
+def test_the_model_without_a_0_29_0_step_fails(read: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model running 0.30.0's step on 0.29.0 (the override dropped on its side):
+    both encodings answer the file otherwise."""
+    import model.evaluate as ev
+
+    s = _file_029(read)
+    step = READS_029[read][1]
+    real = ev.get_semantics
+
+    def stock(n: str) -> Any:
+        got = real(n)
+        return replace(got, steps=replace(got.steps, **{step: True})) if n == V029.name else got
+
+    monkeypatch.setattr(ev, "get_semantics", stock)
+    with pytest.raises(AssertionError, match="hit: encoding"):
+        bounded.conforms(s)
+    with pytest.raises(AssertionError, match="hit: encoding"):
+        layers.conforms(s)

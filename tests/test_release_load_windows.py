@@ -41,13 +41,19 @@ def test_the_releases_are_deltas() -> None:
                    parent=V029.parent, summary=V029.summary) == V029
     chunked = releases.releases("chunked")
     assert chunked[:3] == (V028.name, V029.name, V030.name)  # oldest first
-    assert dict(V028.expect) == dict(V029.expect) == {}  # no theorem claims
+    # 0.30.0's verdicts but loads-stored-only, which fails (releases/vllm_0_29_0.py)
+    assert V028.expect == V029.expect
+    assert {k: v for k, v in V029.expect.items() if k != "loads-stored-only"} == {
+        k: v for k, v in V030.expect.items() if k != "loads-stored-only"}
+    assert V029.expect["loads-stored-only"].holds is False
 
 
 # (file, the real 0.29.0 and 0.28.0 schedulers' hit, the real 0.30.0 scheduler's hit)
 CASES = [
     (HERE / "window-pending-above-a-miss.json", None, 32),
     (HERE / "eagle-attention-no-extra-chunk.json", 32, 48),
+    (HERE / "window-first-run-plain.json", 18, 12),
+    (HERE / "window-being-loaded-plain.json", 18, None),
 ]
 
 
