@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import pickle
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 
 import releases
 from model.semantics import get_semantics
+from proofs import memo
 from proofs.check import Verdict, check
 from proofs.theorems import PRECONDITIONS, THEOREMS
 from proofs.witness import Witness, witness
@@ -219,6 +221,7 @@ class Live:
 
     stream: str | None = None  # "stdout" or "stderr": the pair's line printed there
     spill: str | None = None  # a folder: the pair's row pickled there (``spilled``)
+    memo: str | None = None  # a folder: the run's solver answers (``proofs.memo``)
 
 
 # label, a group of pairs or a side task, and what happens as each pair ends (without a
@@ -234,17 +237,20 @@ def _work(item: Work) -> tuple[str, list[Row] | Any, float]:
     """Run a group of pairs (or a side task) in this process: (label, its rows or result,
     its CPU seconds), each pair's line printed and its row spilled as ``live`` says."""
     label, what, live = item
+    memo.use(live.memo)
     t0 = time.process_time()
     if isinstance(what, Side):
         out: list[Row] | Any = what.fn(*what.args)
     else:
         out = []
         for args in what:
+            memo.LABEL[0] = f"{args[0]} {args[1]}"
             out.append(run_one(*args))
             if live.stream is not None:
                 _print_row(out[-1], getattr(sys, live.stream))
             if live.spill is not None:
                 _spill(out[-1], Path(live.spill))
+    memo.save_counts()
     return label, out, time.process_time() - t0
 
 
@@ -310,9 +316,11 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
     an interrupted run had finished)."""
     print(TABLE_HEADER, file=progress or sys.stdout, flush=True)
     # to the console's streams the process that ran a pair prints its line as it ends
+    # the run's solver answers, shared by its processes (proofs.memo)
+    answers = tempfile.TemporaryDirectory(prefix="proofs-answers-")
     live = Live("stdout" if progress is None or progress is sys.stdout
                 else "stderr" if progress is sys.stderr else None,
-                None if spill is None else str(spill))
+                None if spill is None else str(spill), answers.name)
     pairs = [(t, s, timeout_s, necessity) for t in theorems for s in semantics
              if THEOREMS[t].covers(s)]
     results = {} if results is None else results
@@ -371,6 +379,13 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
         if own:
             pool.close()
             pool.join()
+        n = memo.total(Path(answers.name))
+        memo.use(None)
+        answers.cleanup()
+    if n.solved or n.reused:
+        print(f"time:   solver queries: {n.solved} solved, {n.reused} answered by the same "
+              f"query solved before in this run ({n.reused_s:.1f}s of solving where it was "
+              "solved; proofs/memo.py)", file=sys.stderr, flush=True)
     order = [(t, s) for t, s, _, _ in pairs]
     return sorted(rows, key=lambda r: order.index((r.theorem, r.semantics)))
 
