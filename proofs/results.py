@@ -170,12 +170,13 @@ def row_json(row: Row) -> dict[str, Any]:
     }
 
 
-# the theorems whose pairs of one family run in one process (True: vLLM 0.33.0 and its
-# fixes; False: the older releases): a process proves a query text once and finds a
-# witness once per premises, and these share both (0.33.0: the aligned loop summary of
-# no-partial-state is the one the partial-tail proofs of loads-stored-only and
-# whole-blocks ask for, and leaves-last-token and termination need only witnesses the
-# others find; the older family: witnesses shared across theorems, proofs/witness.py).
+# the theorems whose pairs of one family (and ``cluster``) run in one process (True: the
+# chunked releases and the fixes; False: the older releases): a process proves a query
+# text once and finds a witness once per premises, and these share both (0.33.0: the
+# aligned loop summary of no-partial-state is the one the partial-tail proofs of
+# loads-stored-only and whole-blocks ask for, and leaves-last-token and termination need
+# only witnesses the others find; the older family: witnesses shared across theorems,
+# proofs/witness.py).
 # 0.33.0's five take 28.0 s CPU together against 36.4 s apart (python -m proofs --jobs 1
 # --semantics <the four> --theorem ..., one process per theorem, idle machine); a theorem
 # not named runs in a group of its own.
@@ -191,13 +192,36 @@ def group_of(chunked: bool, theorem: str) -> str:
     return ", ".join(next((g for g in GROUPS[chunked] if theorem in g), (theorem,)))
 
 
-# CPU seconds each group takes (``GROUPS``), measured with the per-group figures the run
-# prints (``python -m publish --report DIR`` on stderr, bench/bench_proofs.py): run_all
-# starts the longest first (LPT), so that no process is left with a long one at the end;
-# a group not listed counts as 1 s. Only the order depends on them, never a result.
-WEIGHT: dict[tuple[bool, str], float] = {  # measured on main 21bd57d with gc tuned
-    (True, group_of(True, "loads-stored-only")): 23.0, (True, "maximality"): 10.2,
-    (False, group_of(False, "maximality")): 12.3}
+def _chunked_parts() -> tuple[str, str]:
+    """The chunked family's two parts (``cluster``): its newest release with its fixes,
+    and the releases before it."""
+    newest = releases.newest("chunked").base_version
+    return f"{newest} and its fixes", f"chunked before {newest}"
+
+
+def cluster(semantics: str) -> str:
+    """The part of its family ``semantics``' groups run in: the chunked family's newest
+    release with its fixes, and its older releases apart (each part's queries are mostly
+    its own, and the parts' groups keep both processes busy to the end; a query both ask
+    is solved once per run all the same, proofs/memo.py); the block family whole."""
+    sem = releases.get(semantics)
+    if not sem.chunked:
+        return "older"
+    newest, before = _chunked_parts()
+    return newest if sem.base_version == releases.newest("chunked").base_version else before
+
+
+# CPU seconds each group takes (``GROUPS``, in each ``cluster``), from the pairs' seconds in
+# docs/report.json (23b5fa2, load 1-2; the necessity checks, witnesses and checks over
+# the accepted layouts come on top): run_all starts the longest first (LPT), so that no
+# process is left with a long one at the end; a group not listed counts as 1 s. Only the
+# order depends on them, never a result.
+WEIGHT: dict[tuple[str, str], float] = {
+    (_chunked_parts()[0], group_of(True, "loads-stored-only")): 58.6,
+    (_chunked_parts()[0], "maximality"): 31.3,
+    (_chunked_parts()[1], group_of(True, "loads-stored-only")): 31.1,
+    (_chunked_parts()[1], "maximality"): 18.8,
+    ("older", group_of(False, "maximality")): 30.6}
 
 
 @dataclass(frozen=True)
@@ -328,10 +352,10 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
     # a group's pairs (GROUPS: theorems of one family) in one process: many of their
     # queries are the same text, which a process proves once (layers_chunked.prove,
     # maximality_layers_chunked.prove, check._answer), and their witnesses the same
-    groups: dict[tuple[bool, str], list[Pair]] = {}
+    groups: dict[tuple[str, str], list[Pair]] = {}
     for p in pairs:
         chunked = get_semantics(p[1]).chunked
-        groups.setdefault((chunked, group_of(chunked, p[0])), []).append(p)
+        groups.setdefault((cluster(p[1]), group_of(chunked, p[0])), []).append(p)
     weight = {k: WEIGHT.get(k, 1.0) for k in groups}
     total = sum(weight.values()) + sum(s.seconds for s in side)
     work: list[tuple[float, Work]] = []
@@ -343,8 +367,7 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
         for i, part in enumerate(parts):
             half = f", part {i + 1} of {len(parts)}" if len(parts) > 1 else ""
             work.append((weight[k] * len(part) / len(g),
-                         (f"{k[1]} ({'0.33.0 family' if k[0] else 'older'}, "
-                          f"{len(part)} pairs{half})", part, live)))
+                         (f"{k[1]} ({k[0]}, {len(part)} pairs{half})", part, live)))
     work += [(s.seconds, (s.name, s, Live())) for s in side if not s.first]
     # longest first (stable: equal weights keep the order above); the side tasks marked
     # first before all
