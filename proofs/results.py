@@ -192,23 +192,23 @@ def group_of(chunked: bool, theorem: str) -> str:
     return ", ".join(next((g for g in GROUPS[chunked] if theorem in g), (theorem,)))
 
 
-def _chunked_parts() -> tuple[str, str]:
-    """The chunked family's two parts (``cluster``): its newest release with its fixes,
-    and the releases before it."""
-    newest = releases.newest("chunked").base_version
-    return f"{newest} and its fixes", f"chunked before {newest}"
+# the chunked family's two parts (``cluster``)
+MODE_ALL, NOT_ALL = "chunked, Mamba mode 'all'", "chunked"
 
 
 def cluster(semantics: str) -> str:
-    """The part of its family ``semantics``' groups run in: the chunked family's newest
-    release with its fixes, and its older releases apart (each part's queries are mostly
-    its own, and the parts' groups keep both processes busy to the end; a query both ask
-    is solved once per run all the same, proofs/memo.py); the block family whole."""
-    sem = releases.get(semantics)
+    """The part of its family ``semantics``' groups run in: the chunked releases whose
+    Mamba groups run mode 'all' (``ChunkSteps.mamba_all``: their complete-chunk steps
+    differ, and so do most of their lemma queries) apart from the others (the newest
+    release, its fixes and the release before it share most of theirs: 0.33.0's layered
+    queries are 0.32.0's but for the partial tail); the block family whole. Each part's
+    groups run in one process where they share what they ask; the parts keep both
+    processes busy to the end, and a query two parts ask is still solved once per run
+    (proofs/memo.py)."""
+    sem = get_semantics(semantics)
     if not sem.chunked:
         return "older"
-    newest, before = _chunked_parts()
-    return newest if sem.base_version == releases.newest("chunked").base_version else before
+    return MODE_ALL if sem.steps.mamba_all else NOT_ALL
 
 
 # CPU seconds each group takes (``GROUPS``, in each ``cluster``), from the pairs' seconds in
@@ -217,10 +217,8 @@ def cluster(semantics: str) -> str:
 # process is left with a long one at the end; a group not listed counts as 1 s. Only the
 # order depends on them, never a result.
 WEIGHT: dict[tuple[str, str], float] = {
-    (_chunked_parts()[0], group_of(True, "loads-stored-only")): 58.6,
-    (_chunked_parts()[0], "maximality"): 31.3,
-    (_chunked_parts()[1], group_of(True, "loads-stored-only")): 31.1,
-    (_chunked_parts()[1], "maximality"): 18.8,
+    (NOT_ALL, group_of(True, "loads-stored-only")): 67.1, (NOT_ALL, "maximality"): 34.3,
+    (MODE_ALL, group_of(True, "loads-stored-only")): 22.6, (MODE_ALL, "maximality"): 15.8,
     ("older", group_of(False, "maximality")): 30.6}
 
 
