@@ -17,9 +17,12 @@ committed code, exported with ``git archive`` into a temporary directory):
 Each figure is wall time, the CPU time of the child processes and the 1-minute load
 average at its start and end (on a shared machine the wall time grows with the load; the
 CPU time much less). With --semantics, the second figure is the run of those semantics
-only (the part a change touches), without the 30 s target. Exit 0 whatever the figures:
-this measures, it does not gate. A tree from before ``publish/`` (the main job was
-``python -m proofs --report DIR`` then) is run with ``proofs``.
+only (the part a change touches), without the 30 s target. Side by side it prints the
+measured tree's CPU and wall time as a ratio of the baseline's and compares the two runs'
+results (report.json's rows but their seconds, every counterexample file): exit 1 if
+they differ, else 0 whatever the figures (this measures, it does not gate on speed). A
+tree from before ``publish/`` (the main job was ``python -m proofs --report DIR`` then) is
+run with ``proofs``.
 """
 
 from __future__ import annotations
@@ -98,6 +101,40 @@ def measure(tree: Path, jobs: int, timeout: float, semantics: list[str] | None =
             "report": out}
 
 
+def _without_seconds(x: object) -> object:
+    """A report.json value with every "seconds" field dropped (the one part that moves)."""
+    if isinstance(x, dict):
+        return {k: _without_seconds(v) for k, v in x.items() if k != "seconds"}
+    if isinstance(x, list):
+        return [_without_seconds(v) for v in x]
+    return x
+
+
+def same_results(a: Path, b: Path) -> list[str]:
+    """Where two reports' results differ (empty: none): report.json's rows (verdicts,
+    notes, preconditions' necessity, counterexamples, witnesses; not the seconds) and
+    every counterexample file, byte for byte."""
+    diffs = []
+    try:
+        rows = [_without_seconds(json.loads((r / "report.json").read_text())["results"])
+                for r in (a, b)]
+    except (OSError, ValueError, KeyError) as e:
+        return [f"report.json: not readable ({e})"]
+    if rows[0] != rows[1]:
+        assert isinstance(rows[0], list) and isinstance(rows[1], list)
+        pairs = [(r.get("theorem"), r.get("semantics")) for r in rows[0] if isinstance(r, dict)]
+        bad = [f"{t} on {s}" for (t, s), x, y in zip(pairs, rows[0], rows[1], strict=False)
+               if x != y]
+        diffs.append(f"report.json rows differ: {', '.join(bad) or 'the pairs run'}")
+    files = [sorted(p.relative_to(r) for p in (r / "counterexamples").glob("*"))
+             for r in (a, b)]
+    if files[0] != files[1]:
+        diffs.append(f"counterexample files: {len(files[0])} against {len(files[1])}")
+    diffs += [f"{f} differs" for f in set(files[0]) & set(files[1])
+              if (a / f).read_bytes() != (b / f).read_bytes()]
+    return diffs
+
+
 def export(rev: str) -> Path:
     """The project at git revision ``rev`` of this repository, in a temporary directory."""
     out = Path(tempfile.mkdtemp(prefix=f"bench-{rev.replace('/', '-')}-"))
@@ -151,8 +188,11 @@ def main() -> int:
     print(f"cores: {os.cpu_count()}, jobs: {args.jobs}, load average before: "
           f"{os.getloadavg()[0]:.1f}", flush=True)
     results = []
+    reports: list[Path] = []
     for label, tree in trees:
         r = measure(tree, args.jobs, args.timeout, args.semantics)
+        assert isinstance(r["report"], Path)
+        reports.append(r["report"])
         alone, full, in_full = r["main_alone"], r["full"], r["main_in_full"]
         assert isinstance(alone, Timing) and isinstance(full, Timing)
         in_full_s = "n/a" if in_full is None else f"{in_full:.1f}s"
@@ -190,6 +230,16 @@ def main() -> int:
         ]
         for name, cells, target in rows:
             print(f"{name:34}" + "".join(f"{c:>24}" for c in cells) + f"{target:>10}")
+        base, now = results[0][2], results[-1][2]
+        print(f"{run} run, measured / baseline: {now.cpu / base.cpu:.2f}x CPU, "
+              f"{now.wall / base.wall:.2f}x wall")
+        diffs = same_results(reports[0], reports[-1])
+        print(f"results: {'identical' if not diffs else 'DIFFERENT'} (report.json's rows "
+              "but the seconds, and every counterexample file)")
+        for d in diffs:
+            print(f"  {d}")
+        if diffs:
+            return 1
     return 0
 
 

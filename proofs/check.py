@@ -26,7 +26,7 @@ from model.layout_chunked import ChunkLayout
 from model.maximality import larger_valid_hit
 from model.scenario import parse_scenario
 from model.semantics import Semantics, get_semantics
-from proofs import abstract, assume, encoding, lemmas
+from proofs import abstract, assume, encoding, lemmas, memo
 from proofs.abstract import obligations
 from proofs.encoding import (
     FA,
@@ -115,12 +115,21 @@ def new_bmc_solver() -> z3.Solver:
 
 
 def _solve(
-    cons: Sequence[z3.BoolRef], timeout_ms: int, make: Callable[[], z3.Solver] = new_solver
+    cons: Sequence[z3.BoolRef], timeout_ms: int, make: Callable[[], z3.Solver] = new_solver,
+    only: z3.CheckSatResult | None = None,
 ) -> tuple[z3.CheckSatResult, z3.Solver]:
+    """The answer (once per run, ``proofs.memo``; ``only``: that answer alone) and the
+    solver."""
     s = make()
     s.set("timeout", max(1, timeout_ms))
     s.add(*cons)
-    return s.check(), s
+    how = _HOW.get(make)
+    return (s.check() if how is None else memo.check(s, how, only=only)), s
+
+
+# each solver's tactics and settings, as proofs.memo names the solver of a query
+_HOW: dict[Callable[[], z3.Solver], str] = {
+    new_solver: f"Then{SOLVER}", new_bmc_solver: f"Then{BMC_SOLVER} smt arith.solver=2"}
 
 
 @dataclass
@@ -593,7 +602,10 @@ def bmc(
         premises.append(p.d.factor == sizes[1])
     if extra is not None:
         premises += extra(p)
-    res, solver = _solve([*premises, *u.query, *u.cons], timeout_ms, new_bmc_solver)
+    # an unsat answer is taken from the run's other processes where one asked it (a sat
+    # one is solved here: its model is read)
+    res, solver = _solve([*premises, *u.query, *u.cons], timeout_ms, new_bmc_solver,
+                         only=z3.unsat)
     return res, p, (solver if res == z3.sat else None)
 
 

@@ -50,6 +50,7 @@ from proofs import (
     abstract_chunked,
     assume,
     lemmas_chunked,
+    memo,
     pinned_chunked,
     pinned_violation_chunked,
     premises_chunked,
@@ -613,7 +614,7 @@ def ask_unsat(
     s = new_solver(name)
     s.set("timeout", left)
     s.add(*q)
-    res = s.check()
+    res = memo.check(s, "z3.Solver", settings(name))  # answered once per run
     if res == z3.sat:
         if name.startswith(LOCAL_TAIL):  # no precondition: never expected to fail
             import sys

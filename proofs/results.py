@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import pickle
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 
 import releases
 from model.semantics import get_semantics
+from proofs import memo
 from proofs.check import Verdict, check
 from proofs.theorems import PRECONDITIONS, THEOREMS
 from proofs.witness import Witness, witness
@@ -168,12 +170,13 @@ def row_json(row: Row) -> dict[str, Any]:
     }
 
 
-# the theorems whose pairs of one family run in one process (True: vLLM 0.33.0 and its
-# fixes; False: the older releases): a process proves a query text once and finds a
-# witness once per premises, and these share both (0.33.0: the aligned loop summary of
-# no-partial-state is the one the partial-tail proofs of loads-stored-only and
-# whole-blocks ask for, and leaves-last-token and termination need only witnesses the
-# others find; the older family: witnesses shared across theorems, proofs/witness.py).
+# the theorems whose pairs of one family (and ``cluster``) run in one process (True: the
+# chunked releases and the fixes; False: the older releases): a process proves a query
+# text once and finds a witness once per premises, and these share both (0.33.0: the
+# aligned loop summary of no-partial-state is the one the partial-tail proofs of
+# loads-stored-only and whole-blocks ask for, and leaves-last-token and termination need
+# only witnesses the others find; the older family: witnesses shared across theorems,
+# proofs/witness.py).
 # 0.33.0's five take 28.0 s CPU together against 36.4 s apart (python -m proofs --jobs 1
 # --semantics <the four> --theorem ..., one process per theorem, idle machine); a theorem
 # not named runs in a group of its own.
@@ -189,13 +192,34 @@ def group_of(chunked: bool, theorem: str) -> str:
     return ", ".join(next((g for g in GROUPS[chunked] if theorem in g), (theorem,)))
 
 
-# CPU seconds each group takes (``GROUPS``), measured with the per-group figures the run
-# prints (``python -m publish --report DIR`` on stderr, bench/bench_proofs.py): run_all
-# starts the longest first (LPT), so that no process is left with a long one at the end;
-# a group not listed counts as 1 s. Only the order depends on them, never a result.
-WEIGHT: dict[tuple[bool, str], float] = {  # measured on main 21bd57d with gc tuned
-    (True, group_of(True, "loads-stored-only")): 23.0, (True, "maximality"): 10.2,
-    (False, group_of(False, "maximality")): 12.3}
+# the chunked family's two parts (``cluster``)
+MODE_ALL, NOT_ALL = "chunked, Mamba mode 'all'", "chunked"
+
+
+def cluster(semantics: str) -> str:
+    """The part of its family ``semantics``' groups run in: the chunked releases whose
+    Mamba groups run mode 'all' (``ChunkSteps.mamba_all``: their complete-chunk steps
+    differ, and so do most of their lemma queries) apart from the others (the newest
+    release, its fixes and the release before it share most of theirs: 0.33.0's layered
+    queries are 0.32.0's but for the partial tail); the block family whole. Each part's
+    groups run in one process where they share what they ask; the parts keep both
+    processes busy to the end, and a query two parts ask is still solved once per run
+    (proofs/memo.py)."""
+    sem = get_semantics(semantics)
+    if not sem.chunked:
+        return "older"
+    return MODE_ALL if sem.steps.mamba_all else NOT_ALL
+
+
+# CPU seconds each group takes (``GROUPS``, in each ``cluster``), from the pairs' seconds in
+# docs/report.json (23b5fa2, load 1-2; the necessity checks, witnesses and checks over
+# the accepted layouts come on top): run_all starts the longest first (LPT), so that no
+# process is left with a long one at the end; a group not listed counts as 1 s. Only the
+# order depends on them, never a result.
+WEIGHT: dict[tuple[str, str], float] = {
+    (NOT_ALL, group_of(True, "loads-stored-only")): 67.1, (NOT_ALL, "maximality"): 34.3,
+    (MODE_ALL, group_of(True, "loads-stored-only")): 22.6, (MODE_ALL, "maximality"): 15.8,
+    ("older", group_of(False, "maximality")): 30.6}
 
 
 @dataclass(frozen=True)
@@ -219,6 +243,7 @@ class Live:
 
     stream: str | None = None  # "stdout" or "stderr": the pair's line printed there
     spill: str | None = None  # a folder: the pair's row pickled there (``spilled``)
+    memo: str | None = None  # a folder: the run's solver answers (``proofs.memo``)
 
 
 # label, a group of pairs or a side task, and what happens as each pair ends (without a
@@ -234,17 +259,20 @@ def _work(item: Work) -> tuple[str, list[Row] | Any, float]:
     """Run a group of pairs (or a side task) in this process: (label, its rows or result,
     its CPU seconds), each pair's line printed and its row spilled as ``live`` says."""
     label, what, live = item
+    memo.use(live.memo)
     t0 = time.process_time()
     if isinstance(what, Side):
         out: list[Row] | Any = what.fn(*what.args)
     else:
         out = []
         for args in what:
+            memo.LABEL[0] = f"{args[0]} {args[1]}"
             out.append(run_one(*args))
             if live.stream is not None:
                 _print_row(out[-1], getattr(sys, live.stream))
             if live.spill is not None:
                 _spill(out[-1], Path(live.spill))
+    memo.save_counts()
     return label, out, time.process_time() - t0
 
 
@@ -310,9 +338,11 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
     an interrupted run had finished)."""
     print(TABLE_HEADER, file=progress or sys.stdout, flush=True)
     # to the console's streams the process that ran a pair prints its line as it ends
+    # the run's solver answers, shared by its processes (proofs.memo)
+    answers = tempfile.TemporaryDirectory(prefix="proofs-answers-")
     live = Live("stdout" if progress is None or progress is sys.stdout
                 else "stderr" if progress is sys.stderr else None,
-                None if spill is None else str(spill))
+                None if spill is None else str(spill), answers.name)
     pairs = [(t, s, timeout_s, necessity) for t in theorems for s in semantics
              if THEOREMS[t].covers(s)]
     results = {} if results is None else results
@@ -320,10 +350,10 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
     # a group's pairs (GROUPS: theorems of one family) in one process: many of their
     # queries are the same text, which a process proves once (layers_chunked.prove,
     # maximality_layers_chunked.prove, check._answer), and their witnesses the same
-    groups: dict[tuple[bool, str], list[Pair]] = {}
+    groups: dict[tuple[str, str], list[Pair]] = {}
     for p in pairs:
         chunked = get_semantics(p[1]).chunked
-        groups.setdefault((chunked, group_of(chunked, p[0])), []).append(p)
+        groups.setdefault((cluster(p[1]), group_of(chunked, p[0])), []).append(p)
     weight = {k: WEIGHT.get(k, 1.0) for k in groups}
     total = sum(weight.values()) + sum(s.seconds for s in side)
     work: list[tuple[float, Work]] = []
@@ -335,8 +365,7 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
         for i, part in enumerate(parts):
             half = f", part {i + 1} of {len(parts)}" if len(parts) > 1 else ""
             work.append((weight[k] * len(part) / len(g),
-                         (f"{k[1]} ({'0.33.0 family' if k[0] else 'older'}, "
-                          f"{len(part)} pairs{half})", part, live)))
+                         (f"{k[1]} ({k[0]}, {len(part)} pairs{half})", part, live)))
     work += [(s.seconds, (s.name, s, Live())) for s in side if not s.first]
     # longest first (stable: equal weights keep the order above); the side tasks marked
     # first before all
@@ -371,6 +400,13 @@ def run_all(theorems: Sequence[str], semantics: Sequence[str], timeout_s: float,
         if own:
             pool.close()
             pool.join()
+        n = memo.total(Path(answers.name))
+        memo.use(None)
+        answers.cleanup()
+    if n.solved or n.reused:
+        print(f"time:   solver queries: {n.solved} solved, {n.reused} answered by the same "
+              f"query solved before in this run ({n.reused_s:.1f}s of solving where it was "
+              "solved; proofs/memo.py)", file=sys.stderr, flush=True)
     order = [(t, s) for t, s, _, _ in pairs]
     return sorted(rows, key=lambda r: order.index((r.theorem, r.semantics)))
 

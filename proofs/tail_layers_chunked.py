@@ -59,7 +59,7 @@ import z3
 from model.evaluate import evaluate
 from model.scenario import parse_scenario
 from model.semantics import Semantics
-from proofs import abstract_chunked, premises_chunked, tail_chunked, turn_chunked
+from proofs import abstract_chunked, memo, premises_chunked, tail_chunked, turn_chunked
 from proofs import assume as _assume
 from proofs.assume import assume, shape
 from proofs.encoding import Enc, State, Store, fresh_state
@@ -1047,11 +1047,18 @@ _PROVED: set[str] = set()
 LIGHT_NL_QUERIES = ("loads-stored-only with a partial-tail hit: a chunk ",)
 
 
+def settings(name: str) -> tuple[tuple[str, bool], ...]:
+    """The Z3 settings for query ``name``."""
+    from proofs.layers_chunked import LIGHT_NL
+
+    return LIGHT_NL if name.startswith(LIGHT_NL_QUERIES) else ()
+
+
 def new_solver(name: str) -> z3.Solver:
     """The solver ``prove`` asks for query ``name``."""
-    from proofs.layers_chunked import LIGHT_NL, solver_with
+    from proofs.layers_chunked import solver_with
 
-    return solver_with(LIGHT_NL if name.startswith(LIGHT_NL_QUERIES) else ())
+    return solver_with(settings(name))
 
 
 def prove(
@@ -1083,7 +1090,7 @@ def prove(
             s.add(*build())
         except ValueError as e:  # a precondition the tails-off proof does not take
             return "UNKNOWN", f"{name}: {e}", time.monotonic() - t0
-        res = s.check()
+        res = memo.check(s, "z3.Solver", settings(name))  # answered once per run
         if res == z3.sat:
             if name.startswith(LOCAL_TAIL):  # no precondition: never expected to fail
                 print(f"{name}: FAILED: a kept tail loads what violates it",

@@ -41,11 +41,16 @@ def test_longest_first_side_tasks_where_marked() -> None:
             runs.Side("filler", print, (), 5.0))
     labels = _order(side)
     assert labels[0] == "z3 first"
-    groups = {(c, ", ".join(g)): len(g) for c, gs in runs.GROUPS.items() for g in gs}
-    # the semantics per family the proofs encode (those with theorem expectations)
-    count = {c: len(releases.proved("chunked" if c else "block")) for c in (True, False)}
-    weights = {f"{name} ({'0.33.0 family' if c else 'older'}, {count[c] * n} pairs)":
-               runs.WEIGHT.get((c, name), 1.0) for (c, name), n in groups.items()}
+    # each group's pairs: its theorems on the semantics of its part of the family
+    # (runs.cluster) that the proofs encode
+    parts: dict[str, int] = {}
+    for c in (True, False):
+        for name in releases.proved("chunked" if c else "block"):
+            parts[runs.cluster(name)] = parts.get(runs.cluster(name), 0) + 1
+    groups = {(part, ", ".join(g)): len(g) * n for part, n in parts.items()
+              for g in runs.GROUPS[part != "older"]}
+    weights = {f"{name} ({part}, {n} pairs)": runs.WEIGHT.get((part, name), 1.0)
+               for (part, name), n in groups.items()}
     got = [(weights | {"filler": 5.0})[x] for x in labels[1:]]
     assert got == sorted(got, reverse=True)
     assert len(labels) == 1 + len(groups) + 1  # every group once
@@ -61,13 +66,27 @@ def test_every_theorem_in_one_group_per_family() -> None:
 
 def test_a_group_longer_than_a_share_is_split(monkeypatch: pytest.MonkeyPatch) -> None:
     name = runs.group_of(True, "loads-stored-only")
-    monkeypatch.setitem(runs.WEIGHT, (True, name), 10_000)
+    part = runs.cluster(releases.newest("chunked").name)
+    monkeypatch.setitem(runs.WEIGHT, (part, name), 10_000)
     labels = _order()
-    # its pairs: the group's theorems on every chunked semantics the proofs encode, in
-    # halves (the longer half first)
-    n = len(name.split(", ")) * len(releases.proved("chunked"))
-    assert set(labels[:2]) == {f"{name} (0.33.0 family, {n // 2} pairs, part 1 of 2)",
-                               f"{name} (0.33.0 family, {n - n // 2} pairs, part 2 of 2)"}
+    # its pairs: the group's theorems on every semantics of its part the proofs encode,
+    # in halves (the longer half first)
+    n = len(name.split(", ")) * sum(runs.cluster(s) == part for s in releases.proved("chunked"))
+    assert set(labels[:2]) == {f"{name} ({part}, {n // 2} pairs, part 1 of 2)",
+                               f"{name} ({part}, {n - n // 2} pairs, part 2 of 2)"}
+
+
+def test_the_chunked_family_runs_in_two_parts() -> None:
+    """The newest chunked release with its fixes in one part (the releases whose Mamba
+    groups run mode 'all' in another: both processes busy); the block family whole."""
+    newest = releases.newest("chunked")
+    chunked = releases.proved("chunked")
+    ours = {s for s in chunked if runs.cluster(s) == runs.cluster(newest.name)}
+    assert newest.name in ours and set(releases.fixes(of=newest.name)) & set(chunked) <= ours
+    assert {runs.cluster(s) for s in chunked} == {runs.MODE_ALL, runs.NOT_ALL}
+    assert {runs.cluster(s) for s in releases.proved("block")} == {"older"}
+    assert set(runs.WEIGHT) <= {(runs.cluster(s), ", ".join(g)) for s in releases.proved()
+                                for g in runs.GROUPS[releases.get(s).chunked]}
 
 
 class _Done:
