@@ -375,8 +375,8 @@ def ensure_light_env(version: str) -> Path:
 
 def harness_python(version: str) -> Path:
     """The interpreter a release's real scheduler runs in: its full env when one is made
-    (``ensure_env``), else its light env (made if needed). CI makes full envs only for
-    the releases whose tests need more than the scheduler (``FULL_VERSIONS``)."""
+    (``ensure_env``), else its light env (made if needed). CI makes one full env, the
+    newest release's (``.ci/run``); every other release runs in its light env."""
     version = canonical(version)
     return env_python(version) if is_ready(version) else ensure_light_env(version)
 
