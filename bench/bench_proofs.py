@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -79,6 +80,21 @@ def _run(tree: Path, args: list[str], timeout: float) -> Timing:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     where = tuple(line[len("time:"):] for line in err.splitlines() if line.startswith("time:"))
     return Timing(wall, cpu, rc, (load0, os.getloadavg()[0]), where)
+
+
+def _parts(t: Timing) -> dict[str, float]:
+    """The CPU seconds the run itself gives its pairs, facts and pictures (its "time:"
+    lines; a part it does not name is left out)."""
+    out: dict[str, float] = {}
+    for line in t.where:
+        m = re.match(r" pairs and facts [\d.]+s wall, ([\d.]+)s CPU in the pairs, ([\d.]+)s in "
+                     r"the facts", line)
+        if m:
+            out["pairs"], out["facts"] = float(m[1]), float(m[2])
+        m = re.match(r" pictures \(\d+\) [\d.]+s wall, ([\d.]+)s CPU", line)
+        if m:
+            out["pictures"] = float(m[1])
+    return out
 
 
 def _main_in_report(report: Path) -> float | None:
@@ -228,11 +244,25 @@ def main() -> int:
             (f"{run} run, load average", [f"{f.load[0]:.1f} -> {f.load[1]:.1f}"
                                           for _, _, f, _ in results], ""),
         ]
+        parts = [_parts(f) for _, _, f, _ in results]
+        for part, words in (("pairs", "the pairs (prover)"), ("facts", "the spec's facts"),
+                            ("pictures", "the pictures")):
+            rows.append((f"  of which {words}, CPU",
+                         [f"{p[part]:.1f}s" if part in p else "n/a" for p in parts], ""))
         for name, cells, target in rows:
             print(f"{name:34}" + "".join(f"{c:>24}" for c in cells) + f"{target:>10}")
         base, now = results[0][2], results[-1][2]
         print(f"{run} run, measured / baseline: {now.cpu / base.cpu:.2f}x CPU, "
               f"{now.wall / base.wall:.2f}x wall")
+        if "pairs" in parts[0] and "pairs" in parts[-1] and parts[0]["pairs"]:
+            print(f"the pairs alone (the prover's CPU, facts and pictures apart), measured / "
+                  f"baseline: {parts[-1]['pairs'] / parts[0]['pairs']:.2f}x CPU")
+        # what the CPU figures count: the facts and pictures a run took from the cache of
+        # earlier runs (publish/cache.py) cost it nothing, and are not in its figure
+        for (label, _, f, _) in results:
+            said = [w.strip() for w in f.where if w.startswith(" cache:")]
+            print(f"counted in {label}: the CPU of every process of the run; "
+                  + (said[0] if said else "facts and pictures all computed (no cache)"))
         diffs = same_results(reports[0], reports[-1])
         print(f"results: {'identical' if not diffs else 'DIFFERENT'} (report.json's rows "
               "but the seconds, and every counterexample file)")

@@ -62,7 +62,7 @@ from proofs.encoding import NEXT_NONE, Enc, State, fresh_state
 from proofs.encoding_chunked import LAYERED_GPU_HIT_WORDS, UNMODELLED_WORDS
 from proofs.lemmas_chunked import assumed as loop_assumes
 from proofs.lemmas_chunked import fact
-from proofs.witness import Witness
+from proofs.witness import BACKSTOP_MS, Witness
 from releases.base import ChunkSteps
 
 if TYPE_CHECKING:
@@ -734,7 +734,8 @@ def scenario_of(
 _FOUND: dict[tuple[object, ...], Witness] = {}
 
 
-def witness(thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 60_000) -> Witness:
+def witness(thm: str, sem: Semantics, assumed: Sequence[str],
+            timeout_ms: int = BACKSTOP_MS) -> Witness:
     """A run the layered proof's premises admit, with a non-zero hit that restores a
     Mamba state, replayed through model/ (same hit, a Mamba load)."""
     if thm == "maximality":  # proofs/maximality_layers_chunked.py

@@ -66,7 +66,7 @@ from proofs.assume import assume, shape
 from proofs.encoding import NEXT_ALL, NEXT_NONE, NEXT_SW, Enc, State, Store, fresh_state, zmax
 from proofs.lemmas_chunked import Lemma
 from proofs.lemmas_chunked import assumed as loop_assumes
-from proofs.witness import Witness
+from proofs.witness import BACKSTOP_MS, Witness
 from releases.base import ChunkSteps
 
 THEOREM = "maximality"
@@ -618,7 +618,7 @@ def _witness_query(
     return s, cfg, r.hit, h
 
 
-def witness(sem: Semantics, assumed: Sequence[str], timeout_ms: int = 60_000) -> Witness:
+def witness(sem: Semantics, assumed: Sequence[str], timeout_ms: int = BACKSTOP_MS) -> Witness:
     """A run the proof's premises admit with a non-zero valid hit and a lookup hit that
     restores a Mamba state, replayed through model/ (same hit, a Mamba load, the valid
     hit valid there too)."""

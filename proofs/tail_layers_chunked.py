@@ -64,7 +64,7 @@ from proofs import assume as _assume
 from proofs.assume import assume, shape
 from proofs.encoding import Enc, State, Store, fresh_state
 from proofs.encoding_chunked import LAYERED_GPU_HIT_WORDS, UNMODELLED_WORDS
-from proofs.witness import Witness
+from proofs.witness import BACKSTOP_MS, Witness
 from releases.base import ChunkSteps
 
 STOCK = turn_chunked.STOCK  # vLLM 0.33.0's steps (0.32.0 overrides the partial tail's)
@@ -1250,7 +1250,7 @@ _FOUND: dict[tuple[Semantics, tuple[str, ...], bool], Witness] = {}
 
 
 def witness(
-    thm: str, sem: Semantics, assumed: Sequence[str] = (), timeout_ms: int = 60_000
+    thm: str, sem: Semantics, assumed: Sequence[str] = (), timeout_ms: int = BACKSTOP_MS
 ) -> Witness:
     """A run of the tail phase's premises (start-up with partial tails on, the request
     rules, the theorem's preconditions not every such layout keeps, and for maximality a

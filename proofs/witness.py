@@ -56,6 +56,19 @@ class Witness:
     note: str = ""
 
 
+# a witness query's budget in Z3's resource count, not wall-clock time: the searches'
+# verdicts must not depend on the machine's load (at load 7 a 60 s deadline ran out on
+# 0.33.0's tail witness, a FAIL). Calibrated 2026-12-02 on every witness query of the main
+# job (the pairs' searches, each query solved alone as here: 77 sat, 7 unsat, none
+# unknown): the largest took 9.8 million (2.2 s CPU, a witness query of no-partial-state
+# on alt-v033-cap-min); this is 20 times that. A query over it answers unknown (no witness
+# from it) on every machine alike.
+RLIMIT = 200_000_000
+# the searches' wall-clock backstop: far above what the rlimit lets a search take on a
+# loaded machine, so the rlimit, not the load, ends a query
+BACKSTOP_MS = 600_000
+
+
 # the unrolled witness query without its block sizes, by (semantics, assumed, maximal,
 # passes), built once per process: the block sizes go in at the same place in the
 # assertions, so each query is the one built from scratch (same terms, same order)
@@ -123,8 +136,8 @@ def _build(sem: Semantics, assumed: Sequence[str], maximal: bool, passes: int
 _FOUND: dict[tuple[object, ...], Witness] = {}
 
 
-def witness(thm_name: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int = 60_000
-            ) -> Witness:
+def witness(thm_name: str, sem: Semantics, assumed: Sequence[str],
+            timeout_ms: int = BACKSTOP_MS) -> Witness:
     maximal = thm_name == "maximality"
     # a witness is a request the engine can produce, as every counterexample is
     assumed = tuple(dict.fromkeys((*theorems.RUNTIME, *assumed)))
@@ -182,10 +195,12 @@ def _layouts(sem: Semantics) -> list[tuple[int, int, int, bool]]:
 def _solve_alone(s: z3.Solver, timeout_ms: int) -> z3.ModelRef | None:
     """A model of ``s``'s assertions, solved in a fresh Z3 context: the model Z3 picks
     depends on its terms' ids, which in the shared context depend on every query this
-    process built before; in a fresh one only on the query (same input, same witness)."""
+    process built before; in a fresh one only on the query (same input, same witness).
+    Within ``RLIMIT`` (the fresh context counts from 0) and ``timeout_ms``."""
     ctx = z3.Context()
     alone = z3.Solver(ctx=ctx)
     alone.set("timeout", timeout_ms)
+    alone.set("rlimit", RLIMIT)
     alone.add(*(a.translate(ctx) for a in s.assertions()))
     if alone.check() != z3.sat:
         return None

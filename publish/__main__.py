@@ -31,6 +31,7 @@ from model.semantics import MODEL_SEMANTICS as SEMANTICS
 from proofs.cli import add_run_arguments, refuse, scope, tune_gc
 from proofs.results import Row, Side, found_line, run_all, spilled
 from proofs.theorems import THEOREMS
+from publish import cache
 from publish.facts import FACT_PARTS, PAIR_FACTS, collect_facts, fact_part, facts_from_pairs
 from publish.names import PR_RELEASE
 from publish.report import Drawing, EarlyPictures, draw_all, incomplete_report, write_report
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t0 = time.monotonic()
     tune_gc()
+    cache.enable()  # the facts and pictures of unchanged inputs: kept between runs
     out: Path = args.report
     full = set(args.theorem) == set(THEOREMS) and set(args.semantics) == set(SEMANTICS)
     tmp: Path | None = None
@@ -90,11 +92,18 @@ def main(argv: list[str] | None = None) -> int:
     spill = tempfile.TemporaryDirectory(prefix="proofs-rows-")
     try:
         tmp = staging(out)
-        # a fact that a pair computes anyway is taken from its row (PAIR_FACTS)
+        # a fact that a pair computes anyway is taken from its row (PAIR_FACTS); one the
+        # cache holds for these inputs from there (publish.cache), the rest in the pool
+        facts: dict[str, Any] = {}
+        if full:
+            for name in FACT_PARTS:
+                got, value = cache.fact(name) if name not in PAIR_FACTS else (False, None)
+                if got:
+                    facts[name] = value
         side = [Side(name, fact_part, (name,), seconds, first=not name.startswith("sim:"))
                 for name, seconds in FACT_PARTS.items()
-                if name not in PAIR_FACTS] if full and pool is not None else []
-        facts: dict[str, Any] = {}
+                if name not in PAIR_FACTS and name not in facts
+                ] if full and pool is not None else []
         ends: list[float] = []
         cpu: dict[str, float] = {}
         t1 = time.monotonic()
@@ -176,6 +185,12 @@ def _times(cpu: dict[str, float], drawn: int, pairs_s: float, write_s: float,
         f"the pairs, {sum(facts.values()):.1f}s in the facts")
     for label, s in sorted(groups.items(), key=lambda x: -x[1]):
         say(f"time:   {label}: {s:.1f}s CPU")
+    hits = cache.HITS
+    say("time: cache: " + (
+        f"{hits.get('facts', 0)} of the spec's facts and {hits.get('pictures', 0)} pictures "
+        "taken from earlier runs (publish/cache.py, keyed by their inputs' content: no CPU "
+        "here), the rest computed and counted" if cache.enabled() else
+        "off (PUBLISH_CACHE=off): every fact and picture computed and counted"))
     if facts:
         say(f"time:   facts ({', '.join(facts)}): {sum(facts.values()):.1f}s CPU")
     say(f"time:   tail: {idle:.1f}s of processes with no pair or fact left (from each one's "

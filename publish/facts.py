@@ -7,6 +7,7 @@ job's process pool while the pairs run (``python -m publish``), or all at once
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,7 +56,22 @@ def facts_from_pairs(rows: Sequence[Any]) -> dict[str, Any]:
 
 
 def fact_part(name: str) -> Any:
-    """One part of the spec's facts (``FACT_PARTS``)."""
+    """One part of the spec's facts (``FACT_PARTS``): from the cache where it holds it for
+    these inputs (``publish.cache``, the main job only), else computed (and kept there)."""
+    from publish import cache
+
+    if not cache.enabled():
+        return _compute(name)
+    got, value = cache.fact(name)
+    if got:
+        return value
+    # as the cache gives it back (JSON), so a hit and a miss give the same value
+    value = json.loads(json.dumps(_compute(name)))
+    cache.keep_fact(name, value)
+    return value
+
+
+def _compute(name: str) -> Any:
     from proofs.check import counterexample
 
     thm = THEOREMS["no-partial-state"]

@@ -22,6 +22,7 @@ from model.scenario import parse_scenario
 from model.semantics import get_semantics
 from proofs.results import Row, row_json, verdict_scope
 from proofs.theorems import PRECONDITIONS, THEOREMS
+from publish import cache
 
 
 def _scenario_name(row: Row, suffix: str = "") -> str:
@@ -75,7 +76,15 @@ def draw(d: Drawing) -> float:
     s = parse_scenario(d.scenario)
     draw_png(s, evaluate(s, d.semantics, enforce=False), d.path, d.title, larger=d.larger,
              unreachable=d.unreachable)
+    cache.keep_picture(d.key(), d.path)  # for the next run (the main job's only)
     return time.process_time() - t0
+
+
+class _Kept:
+    """A picture taken from the cache (``publish.cache``): drawn with no CPU here."""
+
+    def get(self) -> float:
+        return 0.0
 
 
 class EarlyPictures:
@@ -101,7 +110,8 @@ class EarlyPictures:
             queue += row_drawings(scratch, [row_json(r) for r in rows])
         for d in queue:
             if d.key() not in self.drawn:
-                self.drawn[d.key()] = (d.path, self.pool.apply_async(draw, (d,)))
+                self.drawn[d.key()] = (d.path, _Kept() if cache.picture(d.key(), d.path)
+                                       else self.pool.apply_async(draw, (d,)))
 
 
 def draw_all(drawings: Sequence[Drawing], jobs: int = 1, pool: Any = None,
@@ -122,7 +132,7 @@ def draw_all(drawings: Sequence[Drawing], jobs: int = 1, pool: Any = None,
             copies.append((first[d.key()], d))
         else:
             first[d.key()] = d
-    todo = list(first.values())
+    todo = [d for d in first.values() if not cache.picture(d.key(), d.path)]
     jobs = min(jobs, len(todo))
     if pool is not None:
         cpu += float(sum(pool.map(draw, todo, chunksize=1)))

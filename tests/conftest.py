@@ -9,6 +9,9 @@ from hypothesis import settings  # noqa: E402
 from hypothesis.database import DirectoryBasedExampleDatabase  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+# a test computes the main job's facts and pictures (publish/cache.py: no run's entries
+# read, none written) unless it sets PUBLISH_CACHE itself
+os.environ.setdefault("PUBLISH_CACHE", "off")
 # One example database for every run: xdist workers, HypoFuzz campaigns, and (with
 # OLC_HYPOTHESIS_DB on a shared file system) many machines; a failure found anywhere is
 # replayed first everywhere. Tests that pin database=None keep their own behaviour.
