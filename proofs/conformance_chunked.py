@@ -73,7 +73,7 @@ def tails_gate(s: Scenario, mod: ModuleType = encoding_module) -> tuple[bool, bo
     assert tails_shape(s), "not of the partial-tail templates' shape"
     sem = get_semantics(s.semantics)
     scope, cfg, _ = concrete(s, mod, tails=True)
-    on = _val(mod.partial_tails_on(mod.ChunkEnc(scope), cfg, sem.steps))
+    on = _val(mod.partial_tails_on(chunk_enc(mod, scope), cfg, sem.steps))
     return bool(on), release_layout(s).supports_partial_tail
 
 
@@ -103,6 +103,49 @@ class Encoded:
     loads: dict[int, tuple[tuple[int, ...], int | None]]  # keys (end tokens), Mamba state
     violations: frozenset[str]
     order_holds: bool
+
+
+def _numeral(e: z3.ExprRef) -> int | None:
+    """``e``'s value where it folds to a number (every input fixed), else None."""
+    if not z3.is_int_value(e):
+        e = z3.simplify(e)
+    return int(e.as_long()) if z3.is_int_value(e) else None
+
+
+_FOLDING: dict[type, type] = {}
+
+
+def chunk_enc(mod: ModuleType, scope: Any) -> Any:
+    """``mod.ChunkEnc(scope)`` whose bounded arithmetic (``floordiv``, ``cdiv``,
+    ``round_down``, ``times``: sums of one ``If`` per candidate quotient) on numbers is the
+    value that ``mod``'s own method gives on those numbers, simplified once and then
+    remembered for every later scenario (the same block sizes and bounds recur). On a
+    symbolic argument the method itself builds the term. Values, not rules: a sabotaged
+    method in ``mod`` gives its own (wrong) values here."""
+    base = mod.ChunkEnc
+    if base not in _FOLDING:
+        memo: dict[tuple[Any, ...], z3.ArithRef] = {}
+
+        def folded(name: str) -> Any:
+            method = getattr(base, name)
+
+            def run(self: Any, x: z3.ArithRef, d: z3.ArithRef, *bounds: int,
+                    **named: int) -> z3.ArithRef:
+                a, b = _numeral(x), _numeral(d)
+                if a is None or b is None:
+                    return method(self, x, d, *bounds, **named)
+                key = (name, a, b, bounds, tuple(sorted(named.items())))
+                if key not in memo:
+                    memo[key] = z3.simplify(method(self, z3.IntVal(a), z3.IntVal(b), *bounds,
+                                                   **named))
+                    assert z3.is_int_value(memo[key]), f"{name} on numbers: not a number"
+                return memo[key]
+
+            return run
+
+        _FOLDING[base] = type(f"Folding{base.__name__}", (base,), {
+            name: folded(name) for name in ("floordiv", "cdiv", "round_down", "times")})
+    return _FOLDING[base](scope)
 
 
 def _val(e: z3.ExprRef) -> int | bool:
@@ -159,7 +202,7 @@ def encode_scenario(s: Scenario, mod: ModuleType = encoding_module) -> Encoded:
     """The encoding's answer for ``s`` (inputs fixed, the loop run until it ends)."""
     sem = get_semantics(s.semantics)
     scope, cfg, order = concrete(s, mod)
-    enc = mod.ChunkEnc(scope)
+    enc = chunk_enc(mod, scope)
     d = mod.derive(enc, cfg, order)
     assert _val(mod.startup(enc, cfg, sem.steps)), \
         "start-up constraints refuse a scenario model/ takes"
@@ -191,7 +234,7 @@ def valid_hits(s: Scenario, mod: ModuleType = encoding_module) -> frozenset[int]
     """The hits ``h`` (0 .. prompt) for which the encoding's ``valid_hit`` holds on ``s``
     (``model.maximality_chunked.is_valid_hit``'s twin; tests/test_maximality_chunked.py)."""
     scope, cfg, order = concrete(s, mod)
-    enc = mod.ChunkEnc(scope)
+    enc = chunk_enc(mod, scope)
     d = mod.derive(enc, cfg, order)
     hit = z3.Int("hit")
     formula = z3.simplify(mod.valid_hit(enc, cfg, d, hit))  # built once, then each hit

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,13 +36,20 @@ def scenarios(draw: Draw, keep: Callable[[Scenario], bool], count: int,
               seed: int, semantics: Sequence[str] = SEMANTICS) -> list[Scenario]:
     """``count`` drawn scenarios that ``keep`` takes and model/ does not refuse, the
     ``semantics`` in turn (default: every chunked semantics the encodings model)."""
+    return list(drawn(draw, keep, count, seed, semantics))
+
+
+def drawn(draw: Draw, keep: Callable[[Scenario], bool], count: int,
+          seed: int, semantics: Sequence[str] = SEMANTICS) -> Iterator[Scenario]:
+    """``scenarios``' draw one at a time, the same scenarios in the same order: a suite
+    that stops at the first disagreement draws no more than it reads."""
     rng = random.Random(seed)
-    out: list[Scenario] = []
-    while len(out) < count:
-        s = parse_scenario(draw(rng, semantics[len(out) % len(semantics)]))
+    kept = 0
+    while kept < count:
+        s = parse_scenario(draw(rng, semantics[kept % len(semantics)]))
         if keep(s) and evaluate(s).refused is None:
-            out.append(s)
-    return out
+            kept += 1
+            yield s
 
 
 def tally(drawn: Iterable[Scenario], conforms: Callable[..., None], wanted: Sequence[str],
