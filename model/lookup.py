@@ -98,7 +98,8 @@ def _sliding_window_lookup(mgr: _Manager, group: int, blocks: range, window: int
     ans = block_answers(mgr.groups[group], pending_hits)
     top = hi  # the current run is [brk + 1, top)
     while True:
-        brk = ans.last_break(top - 1, lo)
+        # the run's last break, looked for no deeper than the window (the scan stops there)
+        brk = ans.last_break(top - 1, max(lo, top - window))
         if top - 1 - brk >= window:
             idx = top - window  # the scan stops here, having looked up [idx, hi)
             mgr.segments.append((group, hi - 1, idx - 1, -1))

@@ -109,7 +109,8 @@ def _sliding_window_lookup(mgr: _Manager, group: int, chunks: range, window: int
     defer_lookup = False
     top = hi  # the current run is [brk + 1, top)
     while True:
-        brk = ans.last_break(top - 1, lo)
+        # the run's last break, looked for no deeper than the window (the scan stops there)
+        brk = ans.last_break(top - 1, max(lo, top - required_window))
         if top - 1 - brk >= required_window:  # scheduler.py:843
             idx = top - required_window
             mgr.scanned(group, hi - 1, idx)
