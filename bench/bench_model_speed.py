@@ -14,11 +14,12 @@ the median call over all rounds.
 
 The ``generated`` row is the cross-check's other figure (``python -m sim.crosscheck``'s
 ``lookups/s real .. vs model ..``): the same ``--examples`` scenarios it draws (its
-Hypothesis strategy, seeds 0, 1, ... as ``run_hypothesis``), each timed once as
-``check_one`` times it (``sim.crosscheck.compare.model_view``: the model's answer, then
-one lookup by its CPU time; the real harness's ``t_lookup``, also CPU time); the figure is
-the scenarios timed on all three sides over the sum of their times, per round, and the
-median round.
+Hypothesis strategy, seeds 0, 1, ... as ``run_hypothesis``), each timed as ``check_one``
+times it (``sim.crosscheck.compare.model_view``: the model's answer, whose lookup is the
+warm-up, then the best of ``TIMED_CALLS`` lookups by CPU time, both trees alike; the real
+harness's ``t_lookup``: a warm-up lookup, then the best of as many, also CPU time); the
+figure is the scenarios timed on all three sides over the sum of their times, per round,
+and the median round.
 
 The real scheduler runs where its environment is ready (``sim.crosscheck.envs.is_ready``
 under ``$CROSSCHECK_VENVS``): ``RealScheduler.bench``, a new request per call as the
@@ -67,12 +68,20 @@ wall = ({"clock": time.perf_counter}
 cache = {}
 for line in sys.stdin:
     req = json.loads(line)
-    if "generated" in req:  # as check_one: the model's answer, then one timed lookup
-        from sim.crosscheck.compare import model_view
+    if "generated" in req:  # as check_one: the model's answer (its lookup the warm-up),
+        # then the best of `timed_calls` timed lookups (compare.TIMED_CALLS), whatever the
+        # tree's own check_one does, so that both trees are timed alike
         secs = []
         for raw in req["generated"]:
-            mv = model_view(parse_scenario(raw), req["semantics"])
-            secs.append(mv.seconds if mv.refused is None and mv.seconds else None)
+            s = parse_scenario(raw)
+            out = evaluate(s, req["semantics"])
+            if out.refused is not None:  # a model precondition: compared without it
+                out = evaluate(s, req["semantics"], enforce=False)
+            best = None
+            if out.refused is None and out.layout is not None:
+                best = min(timed_lookup(s, req["semantics"], out.layout)
+                           for _ in range(req["timed_calls"])) or None
+            secs.append(best)
         print(json.dumps({"seconds": secs}), flush=True)
         continue
     key = (req["semantics"], req["tokens"], req["shape"])
@@ -113,8 +122,10 @@ class Worker:
     def generated(self, semantics: str, scenarios: list[dict[str, Any]]) -> list[float | None]:
         """Each scenario's lookup seconds as the cross-check times it (None: not timed)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({"semantics": semantics,
-                                          "generated": scenarios}) + "\n")
+        from sim.crosscheck.compare import TIMED_CALLS
+
+        self.proc.stdin.write(json.dumps({"semantics": semantics, "generated": scenarios,
+                                          "timed_calls": TIMED_CALLS}) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:

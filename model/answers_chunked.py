@@ -16,6 +16,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Collection
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import filterfalse
 
 from model.scenario import Group
@@ -76,6 +77,23 @@ class ChunkAnswers:
         return ChunkAnswers(retry, pending, answered, ready,
                             tuple(sorted(retry)) if retry else ())
 
+    @staticmethod
+    def of_blocks(g: Group, pending_hits: bool) -> ChunkAnswers:
+        """The block lookup's answers (vLLM 0.23.0-0.27.0: one key per offloaded block, no
+        partial-tail keys; ``Group.answer``): a pending block answers HIT_PENDING from
+        0.25.0 on (``pending_hits``: it extends a window's run), before that as a deferred
+        one (RETRY: it breaks the run); either way it defers the result."""
+        if g.stored is None and not (g.deferred or g.pending):
+            return EVERY_HIT
+        retry, pending = (g.deferred, g.pending) if pending_hits else (
+            _union(g.deferred, g.pending), frozenset())
+        answered = ready = None
+        if g.stored is not None:
+            answered = _union(g.stored, pending, retry)
+            ready = answered - retry if retry else answered
+        return ChunkAnswers(retry, pending, answered, ready,
+                            tuple(sorted(retry)) if retry else ())
+
     def first_miss(self, lo: int, hi: int) -> int:
         """The first chunk in [lo, hi) answered MISS; ``hi`` if none."""
         if self.answered is None:
@@ -90,6 +108,20 @@ class ChunkAnswers:
             i = bisect_right(self.retry_sorted, top)
             return self.retry_sorted[i - 1] if i and self.retry_sorted[i - 1] >= lo else lo - 1
         return next(filterfalse(self.ready.__contains__, range(top, lo - 1, -1)), lo - 1)
+
+    def last_ready(self, top: int, lo: int) -> int:
+        """The last chunk in [lo, top] answered HIT or HIT_PENDING; ``lo - 1`` if none
+        (work: the retry set, or a bisection of the ready chunks)."""
+        if top < lo:
+            return lo - 1
+        if self.ready is None:
+            return next(filterfalse(self.retry.__contains__, range(top, lo - 1, -1)), lo - 1)
+        i = bisect_right(self.ready_sorted, top)
+        return self.ready_sorted[i - 1] if i and self.ready_sorted[i - 1] >= lo else lo - 1
+
+    @cached_property
+    def ready_sorted(self) -> tuple[int, ...]:
+        return tuple(sorted(self.ready or ()))
 
     def waits(self, lo: int, hi: int) -> bool:
         """Whether a chunk in [lo, hi) is answered RETRY or HIT_PENDING."""
@@ -106,7 +138,16 @@ EVERY_HIT = ChunkAnswers(frozenset(), frozenset(), None, None, ())
 # store seen before starts from its sets. Keyed by the ``Group``'s identity, kept with it
 # so that its id is not reused while kept (hashing a frozen ``Group`` hashes every field,
 # which cost more than most scans). Bounded: cleared when full.
+# (The key's second field: the chunk's tokens; for the block lookup's answers, 0 with
+# pending blocks as hits, -1 with pending blocks as deferred.)
 _KEPT: dict[tuple[int, int], tuple[Group, ChunkAnswers]] = {}
+
+
+def _keep(g: Group, key: tuple[int, int], answers: ChunkAnswers) -> ChunkAnswers:
+    if len(_KEPT) >= 1024:
+        _KEPT.clear()
+    _KEPT[key] = (g, answers)
+    return answers
 
 
 def chunk_answers(g: Group, tokens_per_chunk: int) -> ChunkAnswers:
@@ -118,8 +159,15 @@ def chunk_answers(g: Group, tokens_per_chunk: int) -> ChunkAnswers:
     kept = _KEPT.get(key)
     if kept is not None and kept[0] is g:
         return kept[1]
-    answers = ChunkAnswers.of(g, tokens_per_chunk)
-    if len(_KEPT) >= 1024:
-        _KEPT.clear()
-    _KEPT[key] = (g, answers)
-    return answers
+    return _keep(g, key, ChunkAnswers.of(g, tokens_per_chunk))
+
+
+def block_answers(g: Group, pending_hits: bool) -> ChunkAnswers:
+    """``ChunkAnswers.of_blocks``, kept per store object."""
+    if g.stored is None and not (g.deferred or g.pending):
+        return EVERY_HIT
+    key = (id(g), 0 if pending_hits else -1)
+    kept = _KEPT.get(key)
+    if kept is not None and kept[0] is g:
+        return kept[1]
+    return _keep(g, key, ChunkAnswers.of_blocks(g, pending_hits))

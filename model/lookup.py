@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from model.answers_chunked import block_answers
 from model.layout import GroupConfig, Layout, cdiv, round_down
 from model.scenario import Group, Scenario
 from model.semantics import Semantics
@@ -60,56 +61,28 @@ class _Manager:
     """Answers lookups from the scenario and records them (the only mutable piece).
 
     The blocks looked up are kept as ranges (segments), and each scan works on the runs
-    of hits between the listed blocks: the same answers and order as a call per block,
-    with work bounded by the stored and deferred blocks listed, not the prompt length.
+    of hits between the listed blocks (``model.answers_chunked.ChunkAnswers``, one block
+    a chunk): the same answers and order as a call per block, with work bounded by the
+    runs the scan looks up, not the prompt length.
     """
 
     groups: Sequence[Group]
     segments: list[Segment] = field(default_factory=list)
 
 
-def _runs(blocks: range, stored: frozenset[int] | None, plus: frozenset[int],
-          minus: frozenset[int]) -> list[tuple[int, int]]:
-    """Maximal runs [a, b) of indices into ``blocks`` (ascending) whose block is a hit:
-    stored (None: every block) or in ``plus``, and not in ``minus``."""
-    lo, hi = blocks.start, blocks.stop
-    if stored is None:
-        cuts = sorted(b for b in minus if lo <= b < hi)
-        runs, a = [], lo
-        for c in cuts:
-            if c > a:
-                runs.append((a, c))
-            a = c + 1
-        if a < hi:
-            runs.append((a, hi))
-    else:
-        hits = sorted(b for b in (stored | plus) - minus if lo <= b < hi)
-        runs = []
-        for b in hits:
-            if runs and runs[-1][1] == b:
-                runs[-1] = (runs[-1][0], b + 1)
-            else:
-                runs.append((b, b + 1))
-    return [(a - lo, b - lo) for a, b in runs]
-
-
-def _any_in(items: frozenset[int], lo: int, hi: int) -> bool:
-    return any(lo <= b < hi for b in items)
-
-
 def _maximal_prefix_lookup(mgr: _Manager, group: int, blocks: range) -> int | None:
     # scheduler.py:388 (323): consecutive hits from the start; a deferred answer counts
     # as a hit so that the manager can start async lookups, but the result is None
-    g = mgr.groups[group]
     # (0.25.0 on: a pending block answers HIT_PENDING, counted, a deferred one RETRY, not
-    # counted, and the scan goes on: the same blocks looked up and, deferred, None)
-    waiting = g.deferred | g.pending
-    runs = _runs(blocks, g.stored, waiting, frozenset())
-    hit_count = runs[0][1] if runs and runs[0][0] == 0 else 0
-    if len(blocks):  # the hits, then the first miss (if any) are looked up
-        mgr.segments.append((group, blocks.start,
-                             blocks.start + min(hit_count + 1, len(blocks)), 1))
-    defer_lookup = _any_in(waiting, blocks.start, blocks.start + hit_count)
+    # counted, and the scan goes on: the same blocks looked up and, deferred, None). By
+    # runs (``ChunkAnswers``, kept per store): the hits, then the first miss (if any),
+    # are looked up; pending and deferred blocks are not misses either way
+    lo, hi = blocks.start, blocks.stop
+    ans = block_answers(mgr.groups[group], pending_hits=False)
+    hit_count = ans.first_miss(lo, hi) - lo
+    if hi > lo:  # the hits, then the first miss (if any) are looked up
+        mgr.segments.append((group, lo, lo + min(hit_count + 1, hi - lo), 1))
+    defer_lookup = ans.waits(lo, lo + hit_count)
     return None if defer_lookup else hit_count
 
 
@@ -119,23 +92,23 @@ def _sliding_window_lookup(mgr: _Manager, group: int, blocks: range, window: int
     # return its end index within `blocks`; a run that reaches the start counts as is;
     # a deferred answer breaks a run (and defers the result). ``pending_hits`` (0.25.0
     # on, its scheduler.py:427, 433): a pending block (HIT_PENDING) extends the run
-    # instead, a deferred one (RETRY) still breaks it; both defer the result
-    g = mgr.groups[group]
-    waiting = g.deferred | g.pending  # before 0.25.0 pending is answered as deferred
-    if pending_hits:
-        runs = _runs(blocks, g.stored, g.pending, g.deferred)
-    else:
-        runs = _runs(blocks, g.stored, frozenset(), waiting)
-    for a, b in reversed(runs):
-        if b - a >= window:
-            idx = b - window  # the scan stops here, having looked up [idx, len)
-            mgr.segments.append((group, blocks.stop - 1, blocks.start + idx - 1, -1))
-            return None if _any_in(waiting, blocks.start + idx, blocks.stop) else b
-    if len(blocks):
-        mgr.segments.append((group, blocks.stop - 1, blocks.start - 1, -1))
-    if _any_in(waiting, blocks.start, blocks.stop):
-        return None
-    return runs[0][1] if runs and runs[0][0] == 0 else 0
+    # instead, a deferred one (RETRY) still breaks it; both defer the result. By runs:
+    # from the top, each run of hits down to the break below it (``last_break``)
+    lo, hi = blocks.start, blocks.stop
+    ans = block_answers(mgr.groups[group], pending_hits)
+    top = hi  # the current run is [brk + 1, top)
+    while True:
+        # the run's last break, looked for no deeper than the window (the scan stops there)
+        brk = ans.last_break(top - 1, max(lo, top - window))
+        if top - 1 - brk >= window:
+            idx = top - window  # the scan stops here, having looked up [idx, hi)
+            mgr.segments.append((group, hi - 1, idx - 1, -1))
+            return None if ans.waits(idx, hi) else top - lo
+        if brk < lo:  # the scan reached the start: the first run counts as is
+            if hi > lo:
+                mgr.segments.append((group, hi - 1, lo - 1, -1))
+            return None if ans.waits(lo, hi) else top - lo
+        top = ans.last_ready(brk - 1, lo) + 1  # the next run ends below these breaks
 
 
 def _num_offload_keys(cfg: GroupConfig, num_tokens: int) -> int:

@@ -45,15 +45,19 @@ def answer(g: Group, end: int, tokens_per_chunk: int) -> str:
 class _Manager:
     """Answers from the scenario and records every key looked up, in order, as segments
     ``(group, first end, stop, step)`` of key end tokens (``LookupResult.segments``): a
-    scan of a run of chunks is one segment, whatever its length. (A plain class: the one
-    mutable piece, made once per lookup.)"""
+    scan of a run of chunks is one segment, whatever its length; and keeps the
+    per-request scratch the complete-chunk lookup leaves for the partial tail. (A plain
+    class: the one mutable piece, made once per lookup.)"""
 
-    __slots__ = ("s", "tpcs", "segments")
+    __slots__ = ("s", "tpcs", "segments", "hit_end_chunk", "steps", "passes")
 
     def __init__(self, s: Scenario, layout: ChunkLayout) -> None:
         self.s = s
         self.tpcs = layout.chunk_tokens  # each group's chunk, in tokens
         self.segments: list[Segment] = []
+        self.hit_end_chunk: dict[int, int] = {}  # lookup_hit_end_chunk_idx (absent: 0)
+        self.steps: list[StepRow] = []  # each group's turn (``LookupResult.steps``)
+        self.passes = 0
 
     def lookup(self, group: int, end: int) -> str:
         self.segments.append((group, end, end + 1, 1))
@@ -105,7 +109,8 @@ def _sliding_window_lookup(mgr: _Manager, group: int, chunks: range, window: int
     defer_lookup = False
     top = hi  # the current run is [brk + 1, top)
     while True:
-        brk = ans.last_break(top - 1, lo)
+        # the run's last break, looked for no deeper than the window (the scan stops there)
+        brk = ans.last_break(top - 1, max(lo, top - required_window))
         if top - 1 - brk >= required_window:  # scheduler.py:843
             idx = top - required_window
             mgr.scanned(group, hi - 1, idx)
@@ -123,19 +128,8 @@ def _sliding_window_lookup(mgr: _Manager, group: int, chunks: range, window: int
         top = brk
 
 
-class _State:
-    """Per-request scratch the complete-chunk lookup leaves for the partial tail."""
-
-    __slots__ = ("hit_end_chunk", "steps", "passes")
-
-    def __init__(self) -> None:
-        self.hit_end_chunk: dict[int, int] = {}  # lookup_hit_end_chunk_idx (absent: 0)
-        self.steps: list[StepRow] = []  # each group's turn (``LookupResult.steps``)
-        self.passes = 0
-
-
 def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
-                           st: _State, sem: Semantics) -> tuple[int | None, str]:
+                           sem: Semantics) -> tuple[int | None, str]:
     """scheduler.py:849: tokens beyond the GPU hit that whole chunks can give.
 
     ``sem.steps``: the steps a fix overrides (``releases.steps``, run on integers; the
@@ -170,11 +164,11 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
     defer_lookup = False
     lookup_groups = layout.lookup_groups
     groups = layout.groups
-    rows = st.steps
-    st.hit_end_chunk = {}  # scheduler.py:887: every group's starts at 0
+    rows = mgr.steps
+    mgr.hit_end_chunk = {}  # scheduler.py:887: every group's starts at 0
     eagle_verified: set[int] = set()  # scheduler.py:892
     while lookup_groups:  # scheduler.py:893
-        st.passes += 1
+        mgr.passes += 1
         looked_up_sliding_window = False
         groups_iter = lookup_groups
         lookup_groups = ()
@@ -192,7 +186,7 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
             if max_load_tokens is not None:  # scheduler.py:917: a load cap chunk-aligns
                 max_hit_size_tokens = round_down(max_hit_size_tokens, tpc)
             if max_hit_size_tokens - num_computed_tokens < tpc:  # scheduler.py:921
-                rows.append((st.passes, group_idx, before, (0, 0), None,
+                rows.append((mgr.passes, group_idx, before, (0, 0), None,
                                  max_hit_size_tokens, "less than one chunk left"))
                 return 0, f"group {group_idx}: less than one chunk ({tpc} tokens) left"
             window = cfg.sliding_window_size_in_chunks
@@ -207,7 +201,7 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
             if window is None:
                 num_hit_chunks = _maximal_prefix_lookup(mgr, group_idx, chunks)
                 # scheduler.py:957: the chunks confirmed as ready (before any EAGLE pop)
-                st.hit_end_chunk[group_idx] = start_chunk_idx + (num_hit_chunks or 0)
+                mgr.hit_end_chunk[group_idx] = start_chunk_idx + (num_hit_chunks or 0)
             else:
                 required_window = window + 1 if is_eagle_unverified else window  # :961
                 candidate_end = min(  # scheduler.py:964
@@ -220,7 +214,7 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
                     else None, pending_anywhere=not steps.load_windows)
             queried = (chunks.start, chunks.stop)
             if num_hit_chunks == 0:  # scheduler.py:978
-                rows.append((st.passes, group_idx, before, queried, 0,
+                rows.append((mgr.passes, group_idx, before, queried, 0,
                                  max_hit_size_tokens, "no hit"))
                 return 0, f"group {group_idx}: no hit in chunks [{queried[0]}, {queried[1]})"
             note = ""
@@ -243,7 +237,7 @@ def lookup_complete_chunks(layout: ChunkLayout, s: Scenario, mgr: _Manager,
                     # the completed fix: this window was confirmed ending at `confirmed`,
                     # not at the lowered bound; look the sliding-window groups up again
                     lookup_groups = layout.sliding_window_groups
-            rows.append((st.passes, group_idx, before, queried, num_hit_chunks,
+            rows.append((mgr.passes, group_idx, before, queried, num_hit_chunks,
                              max_hit_size_tokens, note))
             new_num_hit_tokens = max_hit_size_tokens - num_computed_tokens  # :993
             if new_num_hit_tokens < tpc:  # scheduler.py:994
@@ -341,6 +335,12 @@ def _first_group_misses(layout: ChunkLayout, s: Scenario, mgr: _Manager, top: in
     mgr.segments.append((group, key, key - top + stop, -tph))
 
 
+def _done(mgr: _Manager, hit: int | None, reason: str, boundary: int | None = None
+          ) -> tuple[LookupResult, int | None]:
+    return LookupResult(hit, tuple(mgr.steps), tuple(mgr.segments), mgr.passes,
+                        reason), boundary
+
+
 def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
            ) -> tuple[LookupResult, int | None]:
     """``_lookup`` (scheduler.py:1068): complete chunks, then a partial tail past them.
@@ -349,17 +349,9 @@ def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
     ``sem``: the semantics whose steps it runs (``lookup_complete_chunks``; the partial
     tail's ``tail_search`` and ``tail_bridge``: vLLM 0.32.0 searches one block, no bridge)."""
     mgr = _Manager(s, layout)
-    st = _State()
-
-    def done(hit: int | None, reason: str, boundary: int | None = None
-             ) -> tuple[LookupResult, int | None]:
-        return LookupResult(hit, tuple(st.steps), tuple(mgr.segments), st.passes,
-                            reason), boundary
-
-    complete_hit, reason = lookup_complete_chunks(  # scheduler.py:1073
-        layout, s, mgr, st, sem)
+    complete_hit, reason = lookup_complete_chunks(layout, s, mgr, sem)  # scheduler.py:1073
     if complete_hit is None or not layout.supports_partial_tail:  # scheduler.py:1075
-        return done(complete_hit, reason)
+        return _done(mgr, complete_hit, reason)
     max_num_new_tokens, max_load_tokens = s.max_num_new_tokens, s.max_load_tokens
     local_tokens = s.num_computed_tokens
     complete_boundary = local_tokens + complete_hit  # scheduler.py:1079
@@ -376,7 +368,7 @@ def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
         max_boundary = min(max_boundary, local_tokens + max_load_tokens)
     max_boundary = round_down(max_boundary, tph)  # scheduler.py:1102
     if max_boundary <= complete_boundary:  # scheduler.py:1103
-        return done(complete_hit, reason)
+        return _done(mgr, complete_hit, reason)
     bridge_chunk_idx = complete_boundary // ptbs  # scheduler.py:1111
     bridge_boundary = (bridge_chunk_idx + 1) * ptbs
     unconfirmed: list[int] = []
@@ -389,7 +381,7 @@ def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
                 continue
             # scheduler.py:1123 (being-loaded keys tracked only with prefix caching)
             pending |= s.enable_prefix_caching and bridge_chunk_idx in g.being_loaded
-            if st.hit_end_chunk.get(cfg.group_idx, 0) <= bridge_chunk_idx:  # :1125
+            if mgr.hit_end_chunk.get(cfg.group_idx, 0) <= bridge_chunk_idx:  # :1125
                 unconfirmed.append(cfg.group_idx)
         for group_idx in unconfirmed:
             result = mgr.chunk(group_idx, bridge_chunk_idx)  # scheduler.py:1128
@@ -409,15 +401,15 @@ def lookup(layout: ChunkLayout, s: Scenario, sem: Semantics
         hit, boundary_pending = _lookup_partial_tail(
             layout, s, mgr, boundary, loads_bridge and bridge_pending)
         if hit:  # scheduler.py:1139
-            return done(boundary - local_tokens, f"partial tail at token {boundary}",
-                        boundary)
+            return _done(mgr, boundary - local_tokens, f"partial tail at token {boundary}",
+                         boundary)
         pending |= boundary_pending
         top = boundary - tph
     _first_group_misses(layout, s, mgr, top, complete_boundary)
     # (a boundary where the first group misses adds the bridge's pending, already counted)
     if pending and complete_hit == 0:  # scheduler.py:1150
-        return done(None, "a partial-tail key is not ready yet (pending)")
-    return done(complete_hit, reason)
+        return _done(mgr, None, "a partial-tail key is not ready yet (pending)")
+    return _done(mgr, complete_hit, reason)
 
 
 def get_num_new_matched_tokens(layout: ChunkLayout, s: Scenario, sem: Semantics

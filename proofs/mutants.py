@@ -196,8 +196,9 @@ MUTANTS: tuple[Mutant, ...] = (
                "z3.Implies(z3.Not(s.halted), facts)")),
            "loads-stored-only"),
     Mutant("deferred-counts-as-miss", "the prefix lookup stops at a deferred block",
-           (_e(L, "_maximal_prefix_lookup", "_runs(blocks, g.stored, waiting, frozenset())",
-               "_runs(blocks, g.stored, frozenset(), waiting)"),),
+           (_e(L, "_maximal_prefix_lookup", "hit_count = ans.first_miss(lo, hi) - lo",
+               "hit_count = next((b for b in range(lo, hi) if b in ans.retry or (ans.ready "
+               "is not None and b not in ans.ready)), hi) - lo"),),
            (_e(E, "prefix_lookup", "enc.forall(s, s + r, lambda i: st.not_false(i)),\n"
                "        z3.Or(r == n, z3.Not(st.not_false(s + r))),",
                "enc.forall(s, s + r, lambda i: st.confirmed(i)),\n"

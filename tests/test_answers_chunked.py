@@ -97,6 +97,9 @@ def test_runs_answer_as_each_key() -> None:
         brk = next((i for i in range(hi - 1, lo - 1, -1) if ask[i] in (RETRY, MISS)), lo - 1)
         assert ans.last_break(hi - 1, lo) == brk
         assert ans.waits(lo, hi) == any(ask[i] in (RETRY, HIT_PENDING) for i in range(lo, hi))
+        ready = next((i for i in range(hi - 1, lo - 1, -1) if ask[i] in (HIT, HIT_PENDING)),
+                     lo - 1)
+        assert ans.last_ready(hi - 1, lo) == ready
         mgr = _Manager(_Scenario(g), _Layout(tpc))  # type: ignore[arg-type]
         got = prefix_by_runs(mgr, 0, range(lo, hi))
         want, seen = _prefix_per_key(ask, range(lo, hi))
@@ -118,3 +121,29 @@ def test_meets() -> None:
         for lo in range(-1, 12):
             for hi in range(-1, 12):
                 assert meets(items, lo, hi) == any(lo <= b < hi for b in items)
+
+
+def test_block_answers_answer_as_each_block() -> None:
+    """``ChunkAnswers.of_blocks`` (the block lookup of 0.23.0-0.27.0, one key per block, no
+    tail keys) answers per block as ``Group.answer`` does: a pending block extends a
+    window's run from 0.25.0 on (``pending_hits``), before it breaks the run as a deferred
+    one; either way it is no miss and it defers the result."""
+    rng = random.Random(28)
+    for _ in range(3000):
+        n = rng.randint(0, 40)
+        g = _group(rng, n, 1)  # with tail keys, which the block lookup has not
+        pending_hits = rng.random() < 0.5
+        ans = ChunkAnswers.of_blocks(g, pending_hits)
+
+        # per block: whether it extends a window's run, whether it waits (RETRY/PENDING)
+        extends = [b not in g.deferred and (pending_hits if b in g.pending else g.holds(b))
+                   for b in range(n)]
+        waits = [b in g.deferred or b in g.pending for b in range(n)]
+        lo = rng.randint(0, n)
+        hi = rng.randint(lo, n)
+        assert ans.first_miss(lo, hi) == next(
+            (b for b in range(lo, hi) if not (g.holds(b) or waits[b])), hi)
+        down = range(hi - 1, lo - 1, -1)
+        assert ans.last_break(hi - 1, lo) == next((b for b in down if not extends[b]), lo - 1)
+        assert ans.last_ready(hi - 1, lo) == next((b for b in down if extends[b]), lo - 1)
+        assert ans.waits(lo, hi) == any(waits[b] for b in range(lo, hi))

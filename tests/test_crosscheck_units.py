@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from hypothesis import given, settings
 
@@ -166,3 +167,17 @@ def test_env_build_refused_before_it_starts_when_the_disk_is_short(tmp_path, mon
     assert len(err) == 1 and "GB free, a full environment needs" in err[0]
     assert "CROSSCHECK_VENVS=" in err[0]
     assert not (tmp_path / "venvs").exists()
+
+
+def test_both_sides_time_a_lookup_alike() -> None:
+    """The model and the real harness time a scenario's lookup the same way: one untimed
+    warm-up, then the best of the same number of timed calls (compare.TIMED_CALLS, the
+    harness's TIMED_CALLS: the harness runs in a vLLM env and cannot import ours)."""
+    import re
+
+    from sim.crosscheck import compare
+
+    core = (Path(__file__).resolve().parent.parent / "sim" / "crosscheck" / "adapters"
+            / "harness_core.py").read_text()
+    found = re.search(r"^TIMED_CALLS = (\d+)$", core, re.M)
+    assert found is not None and int(found.group(1)) == compare.TIMED_CALLS >= 2

@@ -183,8 +183,19 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     if case["in_flight_transfers"]:
         scheduler._req_status[request.request_id].transfer_jobs.add(core.FAKE_JOB_ID)
     num_computed = case["num_computed_tokens"]
+
+    def spare(j: int) -> Any:  # the case again, on a new request (harness_core.TIMED_CALLS)
+        r = make_request(case, vllm_config, kv_cache_config, f"spare-{j}")
+        if Adapter.has_on_new_request:
+            scheduler.on_new_request(r)
+        if case["in_flight_transfers"]:
+            scheduler._req_status[r.request_id].transfer_jobs.add(core.FAKE_JOB_ID)
+        return lambda: scheduler.get_num_new_matched_tokens(r, num_computed)
+
+    best = core.spare_lookups(spare)
+    manager.looked_up.clear()  # the case's own lookup is reported
     hit_tokens = core.timed_lookup(
-        lambda: scheduler.get_num_new_matched_tokens(request, num_computed), out)
+        lambda: scheduler.get_num_new_matched_tokens(request, num_computed), out, best)
     out["lookups"] = [list(names.get(k, (-1, -1))) for k in manager.looked_up]
     # cross-check our keys against the scheduler's own (RequestOffloadState.offload_keys)
     state = scheduler._req_status[request.request_id]

@@ -246,8 +246,18 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         num_computed -= num_computed % sched_bs
     out["connector_tokens"] = num_computed
     kw = {"max_num_new_tokens": case.get("max_num_new_tokens")} if HAS_CAP else {}
+
+    def spare(j: int) -> Any:  # the case again, on a new request (harness_core.TIMED_CALLS)
+        r = make_request(case, vllm_config, kv_cache_config, f"spare-{j}")
+        scheduler.on_new_request(r)
+        if case["in_flight_transfers"]:
+            scheduler._req_status[r.request_id].transfer_jobs.add(core.FAKE_JOB_ID)
+        return lambda: scheduler.get_num_new_matched_tokens(r, num_computed, **kw)
+
+    best = core.spare_lookups(spare)
+    manager.looked_up.clear()  # the case's own lookup is reported
     hit = core.timed_lookup(
-        lambda: scheduler.get_num_new_matched_tokens(request, num_computed, **kw), out)
+        lambda: scheduler.get_num_new_matched_tokens(request, num_computed, **kw), out, best)
     out["lookups"] = [list(names.get(k, (-1, -1))) for k in manager.looked_up]
     out["tail_boundary"] = getattr(state, "partial_tail_boundary", None)  # 0.28.0+
     if not any(gs.offload_keys for gs in state.group_states):
