@@ -78,11 +78,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="apply each one-line sabotage of the glue and model/ (proofs/"
                    "sabotage.py; NAME: those whose name contains it) in a copy and check "
                    "that it turns python -m proofs red")
+    p.add_argument("--sabotage-part", default="0/1", metavar="K/N",
+                   help="with --sabotage: every N-th sabotage from the K-th (CI: one of "
+                   "two parts a day; default 0/1, all)")
     args = p.parse_args(argv)
     if args.sabotage is not None:
         from proofs import sabotage
 
-        return sabotage.main(args.sabotage, args.jobs, min(args.timeout, 120.0))
+        try:
+            part = sabotage.parse_part(args.sabotage_part)
+        except ValueError as e:
+            p.error(f"argument --sabotage-part: {e}")
+        return sabotage.main(args.sabotage, args.jobs, min(args.timeout, 120.0), part)
     if args.report is not None:
         p.error("argument --report: the report and spec are written by "
                 "python -m publish --report DIR")
