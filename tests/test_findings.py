@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,8 @@ import pytest
 from model.evaluate import evaluate
 from model.scenario import load_scenario_file, parse_scenario
 from releases import fix_003_cap_min
+from sim.crosscheck import forkserver
+from sim.crosscheck.client import harness_env
 from sim.crosscheck.envs import env_python
 from sim.crosscheck.vllm_tests import run_vllm_tests, run_vllm_tests_by_file
 
@@ -77,8 +78,8 @@ SEARCH = ROOT / "sim" / "crosscheck" / "adapters" / "state_search_chunked.py"
 def search_newest(family: str, cases: int, seed: int) -> dict[str, Any]:
     python = env_python("0.33.0")
     assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
-    proc = subprocess.run([str(python), str(SEARCH), "--family", family, "--cases", str(cases),
-                           "--seed", str(seed)], capture_output=True, text=True, timeout=600,
+    proc = forkserver.run([str(python), str(SEARCH), "--family", family, "--cases",
+                           str(cases), "--seed", str(seed)], env=harness_env(), timeout=600,
                           cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result: dict[str, Any] = json.loads(proc.stdout)
@@ -109,8 +110,8 @@ def test_proposed_fix_restores_the_state_at_the_hit_end_on_real_033() -> None:
     # the random searches find no wrong state; the reproductions pass
     python = env_python("0.33.0")
     assert python.exists(), "no vLLM 0.33.0 env: python -m sim.crosscheck.envs --vllm 0.33.0"
-    proc = subprocess.run([str(python), str(FIX), "--check", "--cases", "300"],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    proc = forkserver.run([str(python), str(FIX), "--check", "--cases", "300"],
+                          env=harness_env(), timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout)
     for name in ("search_forced", "search_reachable"):
@@ -123,9 +124,9 @@ def test_proposed_fix_restores_the_state_at_the_hit_end_on_real_033() -> None:
     outcomes = run_vllm_tests([REPRO], fix="001")
     assert set(outcomes.values()) == {"pass"}, outcomes
     for name, fix in (("001-fix.diff", "001"), ("001-fix-rerun.diff", "001b")):
-        assert (ROOT / "docs" / "findings" / name).read_text() == subprocess.run(
-            [str(python), str(FIX), "--diff", "--fix", fix], capture_output=True, text=True,
-            timeout=300, cwd=ROOT).stdout
+        assert (ROOT / "docs" / "findings" / name).read_text() == forkserver.run(
+            [str(python), str(FIX), "--diff", "--fix", fix], env=harness_env(), timeout=300,
+            cwd=ROOT).stdout
 
 
 REPRO_002 = VLLM_TESTS / "test_offloading_hit_inside_chunk.py"
@@ -201,9 +202,9 @@ def test_finding_003_fix_keeps_the_chunk_on_real_033_scheduler() -> None:
     o = evaluate(load_scenario_file(SCENARIO_003), CAP_MIN)
     assert (o.hit_tokens, o.violations) == (32, ())
     python = env_python("0.33.0")
-    assert (ROOT / "docs" / "findings" / "003-fix.diff").read_text() == subprocess.run(
-        [str(python), str(FIX), "--diff", "--fix", "003"], capture_output=True, text=True,
-        timeout=300, cwd=ROOT).stdout
+    assert (ROOT / "docs" / "findings" / "003-fix.diff").read_text() == forkserver.run(
+        [str(python), str(FIX), "--diff", "--fix", "003"], env=harness_env(), timeout=300,
+        cwd=ROOT).stdout
 
 
 REPRO_004 = VLLM_TESTS / "test_offloading_eagle_gives_a_chunk_back.py"

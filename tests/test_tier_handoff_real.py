@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 
 import pytest
 
+from sim.crosscheck import forkserver
+from sim.crosscheck.client import harness_env
 from sim.crosscheck.envs import ROOT, ensure_env
 from sim.crosscheck.tier import tier_release
 from sim.tier_store import retained_boundary
@@ -23,9 +24,8 @@ MOST = 999
 
 def real_handoffs(mamba_block: int, window_block: int) -> dict[int, list[int]]:
     python = ensure_env(tier_release())
-    out = subprocess.run([str(python), str(ADAPTER), str(mamba_block), str(window_block),
-                          str(MOST)], capture_output=True, text=True, timeout=900,
-                         check=True)
+    out = forkserver.run([str(python), str(ADAPTER), str(mamba_block), str(window_block),
+                          str(MOST)], env=harness_env(), timeout=900, check=True)
     return {int(p): b for p, b in json.loads(out.stdout).items()}
 
 

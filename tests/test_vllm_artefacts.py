@@ -7,8 +7,6 @@ no pytest there, so each ``test_*`` function is called directly)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -41,11 +39,13 @@ def test_regression_file_is_plain_python() -> None:
 def test_regression_file_on_the_real_scheduler(version: str, passes: bool) -> None:
     # the release's full env if made, else its light env (the file needs the scheduler
     # only): CI makes no full env for 0.23.0
+    # (in the harnesses' environment: the fork server of the release's harnesses runs it)
+    from sim.crosscheck import forkserver
+    from sim.crosscheck.client import harness_env
     from sim.crosscheck.envs import harness_python
 
-    env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([str(harness_python(version)), "-c", RUNNER, str(REGRESSION)],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    proc = forkserver.run([str(harness_python(version)), "-c", RUNNER, str(REGRESSION)],
+                          env=harness_env(), timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     outcome = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(outcome) >= 2, outcome

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any
 
+from sim.crosscheck import forkserver
 from sim.crosscheck.envs import ROOT, harness_python
 from sim.crosscheck.mapping import fix_for, semantics_for
 
@@ -22,6 +23,16 @@ CHUNKED_FROM = (0, 26)
 def harness_for(version: str) -> Path:
     major_minor = tuple(int(x) for x in version.split(".")[:2])
     return HARNESS_V033 if major_minor >= CHUNKED_FROM else HARNESS
+
+
+def harness_env(fix: str | None = None) -> dict[str, str]:
+    """The environment a process in a release's environment runs with (the harnesses, the
+    findings' searches, the layouts' derivation): CPU only, hashes seeded, vLLM's logging
+    at errors, ``CROSSCHECK_FIX`` the fix the harness applies (none: empty).  One value
+    for all, so one fork server per release serves them all (``forkserver``)."""
+    return dict(os.environ, PYTHONHASHSEED="0", VLLM_LOGGING_LEVEL="ERROR",
+                TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="",
+                CROSSCHECK_FIX=fix or "")
 
 
 class HarnessError(RuntimeError):
@@ -52,18 +63,17 @@ class RealScheduler:
         self.semantics = semantics or own
         self.fix = fix_for(version, self.semantics) if self.semantics else None
         python = python or harness_python(version)
-        env = dict(os.environ, PYTHONHASHSEED="0", VLLM_LOGGING_LEVEL="ERROR",
-                   TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="",
-                   CROSSCHECK_FIX=self.fix or "")
+        env = harness_env(self.fix)
         if overlay is not None:
             env["PYTHONPATH"] = str(overlay)
             env["PYTHONDONTWRITEBYTECODE"] = "1"
         self._log: IO[str] = tempfile.NamedTemporaryFile(
             "w+", prefix=f"crosscheck-{version}-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(
-            [str(python), str(harness or harness_for(version))], cwd=ROOT, env=env, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, bufsize=1,
-        )
+        # a fork of the environment's fork server (vLLM imported once per process), or a
+        # plain process for an overlay (forkserver.py)
+        self.proc = forkserver.popen(
+            [str(python), str(harness or harness_for(version))], cwd=ROOT, env=env,
+            stderr=self._log)
         info = self._call({"op": "info"})
         if info.get("version") != version or info.get("fix") != self.fix:
             raise HarnessError(f"harness for {version} (fix {self.fix}) reports {info!r}")

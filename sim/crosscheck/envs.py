@@ -231,7 +231,20 @@ def find_wheel(version: str, *, fetch: bool = False) -> Path:
     raise ValueError(f"no vllm-{version}-*.whl in " + ", ".join(str(d) for d in wheel_dirs()))
 
 
+# digests already taken in this process, by file, modification time and size (a light
+# env's folder name hashes its release's wheel: asked again at each harness start-up)
+_SHA256: dict[tuple[str, int, int], str] = {}
+
+
 def file_sha256(path: Path) -> str:
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _SHA256:
+        _SHA256[key] = _sha256(path)
+    return _SHA256[key]
+
+
+def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -264,6 +277,9 @@ def _recipe_key(recipe: dict[str, str]) -> str:
 # env, a superset of the base's packages; the light env's own vllm comes first on sys.path)
 BASE_ENV = "CROSSCHECK_LIGHT_BASE"
 BASE_IMPORTS = ("torch", "networkx", "gguf", "fastapi", "partial_json_parser", "transformers")
+
+
+_BASES_CHECKED: set[str] = set()  # given bases whose imports worked in this process
 
 
 def given_base() -> Path | None:
@@ -300,6 +316,8 @@ def ensure_base() -> Path:
     target = base_dir()
     python = target / "bin" / "python"
     if given_base() is not None:
+        if str(python) in _BASES_CHECKED:  # checked once a process: its imports cost ~6 s
+            return python
         try:
             check = subprocess.run([str(python), "-c", "import " + ", ".join(BASE_IMPORTS)],
                                    capture_output=True, text=True)
@@ -308,6 +326,7 @@ def ensure_base() -> Path:
         if check.returncode != 0:
             last = (check.stderr.strip().splitlines() or ["no python"])[-1]
             raise RuntimeError(f"{BASE_ENV}={target}: not a usable base ({last})")
+        _BASES_CHECKED.add(str(python))
         return python
     stamp = target / LIGHT_STAMP
     if stamp.exists():

@@ -20,6 +20,8 @@ on the release as shipped); 2 bad input (unknown release, fix or file; no enviro
 from __future__ import annotations
 
 import argparse
+import atexit
+import functools
 import hashlib
 import json
 import os
@@ -32,6 +34,7 @@ import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from sim.crosscheck import forkserver
 from sim.crosscheck.envs import env_python, venvs_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,6 +158,16 @@ def outcomes(junit_xml: Path) -> dict[str, dict[str, str]]:
     return found
 
 
+@functools.cache
+def offline_hf_home() -> Path:
+    """The Hugging Face home of this process's runs (the offline model's configuration,
+    written by the plugin at each run; removed at exit): one folder for every run, as
+    ``HF_HOME`` is read once, when the fork server imports transformers."""
+    home = Path(tempfile.mkdtemp(prefix="vllm-tests-hf-"))
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    return home
+
+
 def run_vllm_tests_by_file(test_files: list[Path], *, version: str = "0.33.0",
                            fix: str | None = None,
                            timeout: float = 900) -> dict[str, dict[str, str]]:
@@ -175,7 +188,7 @@ def run_vllm_tests_by_file(test_files: list[Path], *, version: str = "0.33.0",
                        f"python -m sim.crosscheck.envs --vllm {version}")
     sdist = sdist_path(version)
     with tempfile.TemporaryDirectory(prefix="vllm-tests-") as tmp:
-        tree, hf_home = Path(tmp) / "vllm", Path(tmp) / "hf"
+        tree, hf_home = Path(tmp) / "vllm", offline_hf_home()
         placed = build_tree(sdist, tree, test_files)
         junit = Path(tmp) / "junit.xml"
         env = {**os.environ,
@@ -188,8 +201,8 @@ def run_vllm_tests_by_file(test_files: list[Path], *, version: str = "0.33.0",
         cmd = [str(python), "-m", "pytest", "-p", "no:cacheprovider",
                "-p", "vllm_tests_plugin_chunked", "-o", "addopts=", "--rootdir", str(tree),
                "-q", "--junitxml", str(junit), *map(str, placed)]
-        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        # a fork of the environment's fork server: vLLM imported once per process
+        proc = forkserver.run(cmd, cwd=tree, env=env, timeout=timeout)
         if not junit.exists():
             raise RuntimeError(f"pytest gave no results (exit {proc.returncode}):\n"
                                + (proc.stdout + proc.stderr)[-4000:])

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import releases
+from sim.crosscheck import forkserver
+from sim.crosscheck.client import harness_env
 from sim.crosscheck.envs import env_python
 
 SCRIPT = Path(__file__).resolve().parent / "vllm_side" / "derive.py"
@@ -30,9 +30,9 @@ def derive(version: str) -> dict[str, Any]:
         raise ValueError(f"--vllm: no environment for vLLM {version} at {python.parent.parent} "
                          f"(python -m sim.crosscheck.envs --vllm {version}; "
                          "CROSSCHECK_VENVS names the folder)")
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONHASHSEED="0")
-    proc = subprocess.run([str(python), str(SCRIPT)], capture_output=True, text=True,
-                          env=env, timeout=TIMEOUT_S)
+    # CPU only, hashes seeded (the harnesses' environment): forked from the release's fork
+    # server where this process has one (sim/crosscheck/forkserver.py)
+    proc = forkserver.run([str(python), str(SCRIPT)], env=harness_env(), timeout=TIMEOUT_S)
     if proc.returncode != 0:
         raise DeriveError(f"vllm_side/derive.py exited {proc.returncode}:\n"
                           + proc.stderr[-4000:])
