@@ -34,7 +34,9 @@ from tests.replay import remember
 V023 = vllm_0_23_0.SEMANTICS.name
 V024 = vllm_0_24_0.SEMANTICS.name
 
-pytestmark = pytest.mark.crosscheck
+# one xdist worker runs the files driving the older releases (one fork server each:
+# sim/crosscheck/forkserver.py), another the newest release's (--dist loadgroup)
+pytestmark = [pytest.mark.crosscheck, pytest.mark.xdist_group("releases")]
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = int(os.environ.get("CROSSCHECK_EXAMPLES", "2000"))

@@ -19,7 +19,8 @@ from sim.tier_arc import ArcPolicy
 from sim.tier_context import Key, ReqContext
 from sim.tier_lru import LruPolicy
 
-pytestmark = pytest.mark.crosscheck
+# on the xdist worker of the newest release's files (its fork servers: --dist loadgroup)
+pytestmark = [pytest.mark.crosscheck, pytest.mark.xdist_group("newest")]
 
 SEQUENCES = int(os.environ.get("TIER_SEQUENCES", "1000"))
 SEED = 1000

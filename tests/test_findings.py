@@ -29,7 +29,8 @@ from sim.crosscheck.vllm_tests import run_vllm_tests, run_vllm_tests_by_file
 
 CAP_MIN = fix_003_cap_min.SEMANTICS.name
 
-pytestmark = pytest.mark.crosscheck
+# on the xdist worker of the newest release's files (its fork servers: --dist loadgroup)
+pytestmark = [pytest.mark.crosscheck, pytest.mark.xdist_group("newest")]
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_TESTS = ROOT / "docs" / "findings" / "vllm_tests"

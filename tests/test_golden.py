@@ -27,6 +27,7 @@ def test_model_gives_the_real_schedulers_recorded_answers(version: str) -> None:
 
 
 @pytest.mark.crosscheck
+@pytest.mark.xdist_group("releases")  # with test_crosscheck.py: the same harnesses' servers
 @pytest.mark.parametrize("version", VERSIONS)
 def test_recorded_answers_are_the_real_schedulers(version: str) -> None:
     from sim.crosscheck.client import RealScheduler

@@ -119,6 +119,7 @@ def test_generated_real_layout_scenarios_evaluate(s: object) -> None:
 
 
 @pytest.mark.crosscheck
+@pytest.mark.xdist_group("newest")  # the 0.33.0 env's fork server, as test_findings.py
 def test_committed_table_matches_vllm_033() -> None:
     """Re-runs vLLM 0.33.0's own start-up code and compares with the committed JSON."""
     from sim.crosscheck.envs import env_python

@@ -16,7 +16,8 @@ from sim.crosscheck.envs import ROOT, ensure_env
 from sim.crosscheck.tier import tier_release
 from sim.tier_store import retained_boundary
 
-pytestmark = pytest.mark.crosscheck
+# on the xdist worker of the newest release's files (its fork servers: --dist loadgroup)
+pytestmark = [pytest.mark.crosscheck, pytest.mark.xdist_group("newest")]
 
 ADAPTER = ROOT / "sim/crosscheck/adapters/mamba_handoff.py"
 MOST = 999

@@ -35,6 +35,7 @@ def test_regression_file_is_plain_python() -> None:
 
 
 @pytest.mark.crosscheck
+@pytest.mark.xdist_group("releases")  # with test_crosscheck.py: the same releases' servers
 @pytest.mark.parametrize("version,passes", [("0.23.0", False), ("0.24.0", True)])
 def test_regression_file_on_the_real_scheduler(version: str, passes: bool) -> None:
     # the release's full env if made, else its light env (the file needs the scheduler
