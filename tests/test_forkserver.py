@@ -105,3 +105,14 @@ def test_an_import_time_variable_gets_its_own_server() -> None:
                   env=dict(os.environ, HF_HOME=value))
         assert out.stdout == value + "\n"
     assert forkserver.STARTS == [(PY, "server")] * 2
+
+
+def test_a_dead_server_fails_its_job_loudly_and_is_replaced() -> None:
+    assert run(["-c", "print(1)"]).stdout == "1\n"
+    (server,) = forkserver._SERVERS.values()
+    server.proc.kill()
+    server.proc.wait()
+    with pytest.raises((OSError, forkserver.ServerError)):
+        run(["-c", "print(2)"])
+    assert run(["-c", "print(3)"]).stdout == "3\n"
+    assert forkserver.STARTS == [(PY, "server")] * 2

@@ -36,10 +36,11 @@ SERVER = Path(__file__).resolve().parent / "adapters" / "forkserver.py"
 # may serve
 PRELOAD = ("torch", "transformers", "vllm.config", "vllm.v1.core.kv_cache_manager",
            "vllm.v1.request")
-# variables whose values a module may read once at import
+# variables whose values a module (or the interpreter) may read once at start-up; every
+# PYTHON* but the two a job applies itself (PYTHONPATH, PYTHONDONTWRITEBYTECODE)
 SENSITIVE = ("VLLM_", "HF_", "HUGGINGFACE", "TRANSFORMERS_", "TOKENIZERS_", "TORCH",
-             "CUDA_", "OMP_", "MKL_", "KMP_", "PYTORCH_", "PYTHONHASHSEED", "LD_",
-             "PYTHONWARNINGS", "PYTHONMALLOC")
+             "CUDA_", "OMP_", "MKL_", "KMP_", "PYTORCH_", "LD_", "LC_", "LANG", "PYTHON")
+APPLIED = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
 MAX_SERVERS = 6  # a server holds about 300 MB; the crosscheck mark's files share six
 STARTS: list[tuple[str, str]] = []  # (interpreter, "server" | "plain"): a count for tests
 
@@ -53,7 +54,7 @@ Key = tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]
 
 def _key(python: str, preload: tuple[str, ...], env: dict[str, str]) -> Key:
     return python, preload, tuple(sorted((k, v) for k, v in env.items()
-                                         if k.startswith(SENSITIVE)))
+                                         if k.startswith(SENSITIVE) and k not in APPLIED))
 
 
 def _shadows(env: dict[str, str], preload: tuple[str, ...]) -> bool:
@@ -197,8 +198,17 @@ class _Plan:
     cwd: str
     preload: tuple[str, ...]
 
-    def server(self) -> Server:
-        return _server(self.python, self.env, self.preload)
+    def start(self, fds: tuple[int, int, int]) -> tuple[int, socket.socket]:
+        """Fork the job from its server; a server that fails leaves the pool."""
+        server = _server(self.python, self.env, self.preload)
+        try:
+            return server.start(self.argv, self.env, self.cwd, fds)
+        except (OSError, ServerError):
+            key = _key(self.python, self.preload, self.env)
+            if _SERVERS.get(key) is server:
+                del _SERVERS[key]
+            server.close()
+            raise
 
 
 def _plan(cmd: list[str], env: dict[str, str] | None, cwd: str | Path | None,
@@ -231,8 +241,7 @@ def popen(cmd: list[str], *, env: dict[str, str] | None = None,
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     try:
-        pid, status = plan.server().start(plan.argv, plan.env, plan.cwd,
-                                          (in_r, out_w, err_fd))
+        pid, status = plan.start((in_r, out_w, err_fd))
     except BaseException:
         for fd in (in_w, out_r):
             os.close(fd)
@@ -257,8 +266,7 @@ def run(cmd: list[str], *, env: dict[str, str] | None = None,
                               env=env, cwd=cwd, timeout=timeout, check=check)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
             open(os.devnull) as null:
-        pid, status = plan.server().start(plan.argv, plan.env, plan.cwd,
-                                          (null.fileno(), out.fileno(), err.fileno()))
+        pid, status = plan.start((null.fileno(), out.fileno(), err.fileno()))
         job = Forked(pid, status, None, None)
         try:
             code = job.wait(timeout)
