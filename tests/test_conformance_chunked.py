@@ -300,3 +300,31 @@ def test_sabotaged_model_v033_fails_conformance(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(lookup_chunked, "round_down", lambda x, a: x)
     with pytest.raises(AssertionError, match="hit: encoding"):
         conforms(s)
+
+
+# --- the encoding over ints (proofs.conformance_ints) answers as its Z3 terms do ---------
+
+
+def _outcome(s: Scenario, mod: ModuleType, over: str) -> object:
+    """``encode_scenario``'s answer, or the assertion it fails with."""
+    try:
+        return encode_scenario(s, mod, over=over)
+    except AssertionError as e:
+        return f"fails: {e}"
+
+
+@pytest.mark.parametrize("name", ["(none)", *sorted(ENCODING_SABOTAGES)])
+def test_the_encoding_over_ints_answers_as_over_z3(name: str) -> None:
+    """The conformance checks run the encoding's source over ints and bools; its Z3
+    terms, built and simplified, give the same answer (or the same failure) on every
+    witness and on generated scenarios, for the encoding and each sabotaged copy; each
+    sabotage changes the answer on its witness on both paths."""
+    mod = encoding_chunked if name == "(none)" else sabotaged(name)
+    drawn = [*scenarios(4, 2), *tail_scenarios(4, 2)]
+    items = [parse_scenario(w) for w in WITNESSES.values()] if name == "(none)" else [
+        parse_scenario(WITNESSES[name])]
+    for s in items + drawn:
+        assert _outcome(s, mod, "ints") == _outcome(s, mod, "z3"), s
+    if name != "(none)":
+        s = parse_scenario(WITNESSES[name])
+        assert _outcome(s, mod, "ints") != _outcome(s, encoding_chunked, "ints")
