@@ -2,7 +2,10 @@
 input fixed to a concrete scenario's values, so every term of the encoding simplifies to
 a value (no solver call), and the result is compared with the model
 (``tests/test_conformance_chunked.py``). ``mod`` names the encoding module, so that a test
-can hand in a sabotaged copy and see the comparison fail.
+can hand in a sabotaged copy and see the comparison fail. ``over``: the encoding's source
+run over ints and bools (``"ints"``, the default: ``proofs.conformance_ints``, each term's
+value computed directly) or its Z3 terms built and simplified (``"z3"``); the two give the
+same answers (``tests/test_conformance_chunked.py`` checks it).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from model.lookup_chunked import HIT, HIT_PENDING, MISS, RETRY, answer
 from model.scenario import Scenario
 from model.semantics import get_semantics
 from proofs import encoding_chunked as encoding_module
+from proofs.conformance_ints import Z3_INTS, ints_copy
 
 _CODES = {HIT: 0, HIT_PENDING: 1, RETRY: 2, MISS: 3}
 MAX_PASSES = 64
@@ -116,12 +120,15 @@ _FOLDING: dict[type, type] = {}
 
 
 def chunk_enc(mod: ModuleType, scope: Any) -> Any:
-    """``mod.ChunkEnc(scope)`` whose bounded arithmetic (``floordiv``, ``cdiv``,
+    """``mod.ChunkEnc(scope)`` as it is for a copy over ints (``over_ints``), else
+    ``mod.ChunkEnc(scope)`` whose bounded arithmetic (``floordiv``, ``cdiv``,
     ``round_down``, ``times``: sums of one ``If`` per candidate quotient) on numbers is the
     value that ``mod``'s own method gives on those numbers, simplified once and then
     remembered for every later scenario (the same block sizes and bounds recur). On a
     symbolic argument the method itself builds the term. Values, not rules: a sabotaged
     method in ``mod`` gives its own (wrong) values here."""
+    if mod.z3 is Z3_INTS:
+        return mod.ChunkEnc(scope)
     base = mod.ChunkEnc
     if base not in _FOLDING:
         memo: dict[tuple[Any, ...], z3.ArithRef] = {}
@@ -148,7 +155,16 @@ def chunk_enc(mod: ModuleType, scope: Any) -> Any:
     return _FOLDING[base](scope)
 
 
-def _val(e: z3.ExprRef) -> int | bool:
+def over_ints(mod: ModuleType, over: str) -> ModuleType:
+    """``mod`` itself (``over="z3"``) or its copy over ints and bools (``"ints"``)."""
+    if over not in ("ints", "z3"):
+        raise ValueError(f"over: expected 'ints' or 'z3', got {over!r}")
+    return ints_copy(mod) if over == "ints" else mod
+
+
+def _val(e: Any) -> int | bool:
+    if isinstance(e, bool | int):  # a copy over ints (``over_ints``) computes values
+        return e
     v = z3.simplify(e)
     if z3.is_true(v) or z3.is_false(v):
         return bool(z3.is_true(v))
@@ -169,7 +185,7 @@ def concrete(s: Scenario, mod: ModuleType = encoding_module,
     hpb = s.groups[0].gpu_block_size // tph if tails else 0
     scope = mod.Scope(chunks=max(1, n), max_bpc=layout.blocks_per_chunk, passes=1,
                       hashes_per_block=max(2, hpb))
-    iv, bv = z3.IntVal, z3.BoolVal
+    iv, bv = mod.z3.IntVal, mod.z3.BoolVal  # Z3's, or a copy over ints' (over_ints)
     cfg = mod.ChunkConfig(
         kinds=tuple(g.kind for g in s.groups),
         gpu=tuple(iv(g.gpu_block_size) for g in s.groups),
@@ -198,15 +214,18 @@ def concrete(s: Scenario, mod: ModuleType = encoding_module,
     return scope, cfg, layout.lookup_groups
 
 
-def encode_scenario(s: Scenario, mod: ModuleType = encoding_module) -> Encoded:
+def encode_scenario(s: Scenario, mod: ModuleType = encoding_module, over: str = "ints"
+                    ) -> Encoded:
     """The encoding's answer for ``s`` (inputs fixed, the loop run until it ends)."""
+    mod = over_ints(mod, over)
     sem = get_semantics(s.semantics)
     scope, cfg, order = concrete(s, mod)
     enc = chunk_enc(mod, scope)
     d = mod.derive(enc, cfg, order)
     assert _val(mod.startup(enc, cfg, sem.steps)), \
         "start-up constraints refuse a scenario model/ takes"
-    st = mod.run_pass(enc, cfg, d, sem, mod.initial_state(enc, cfg, d, sem), z3.BoolVal(False))
+    st = mod.run_pass(enc, cfg, d, sem, mod.initial_state(enc, cfg, d, sem),
+                      mod.z3.BoolVal(False))
     passes = 1
     while not _val(mod.finished(st)):
         assert passes < MAX_PASSES, "the loop does not end"
@@ -230,12 +249,17 @@ def encode_scenario(s: Scenario, mod: ModuleType = encoding_module) -> Encoded:
                    violated, bool(_val(d.order_holds)))
 
 
-def valid_hits(s: Scenario, mod: ModuleType = encoding_module) -> frozenset[int]:
+def valid_hits(s: Scenario, mod: ModuleType = encoding_module, over: str = "ints"
+               ) -> frozenset[int]:
     """The hits ``h`` (0 .. prompt) for which the encoding's ``valid_hit`` holds on ``s``
     (``model.maximality_chunked.is_valid_hit``'s twin; tests/test_maximality_chunked.py)."""
+    mod = over_ints(mod, over)
     scope, cfg, order = concrete(s, mod)
     enc = chunk_enc(mod, scope)
     d = mod.derive(enc, cfg, order)
+    if mod.z3 is Z3_INTS:
+        return frozenset(h for h in range(0, s.num_tokens + 1)
+                         if _val(mod.valid_hit(enc, cfg, d, h)))
     hit = z3.Int("hit")
     formula = z3.simplify(mod.valid_hit(enc, cfg, d, hit))  # built once, then each hit
     return frozenset(h for h in range(0, s.num_tokens + 1)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import releases
 from model import lookup_chunked
 from model.evaluate import evaluate
 from model.scenario import Scenario, parse_scenario
@@ -258,10 +259,11 @@ def sabotaged(name: str) -> ModuleType:
     return sabotaged_copy(encoding_chunked, *ENCODING_SABOTAGES[name], f"v033-{name}")
 
 
-def _caught(mod: ModuleType, count: int, tails: bool = False) -> bool:
+def _caught(mod: ModuleType, count: int, tails: bool = False,
+            semantics: Sequence[str] = gen.SEMANTICS) -> bool:
     """Whether conformance fails on ``mod`` within the first ``count`` scenarios of seed
-    1 (drawn one at a time: none past the first failure)."""
-    draw = (_drawn_tails if tails else _drawn)(count, 1)
+    1 of ``semantics`` (drawn one at a time: none past the first failure)."""
+    draw = (_drawn_tails if tails else _drawn)(count, 1, semantics)
     try:
         for s in draw:
             conforms(s, mod)
@@ -278,11 +280,29 @@ def test_sabotaged_encoding_v033_fails_conformance(name: str) -> None:
         conforms(s, sabotaged(name))
 
 
+def _last_token_differs() -> list[str]:
+    """The drawn semantics whose last-token step is not 0.33.0's: the only ones where the
+    cap-min sabotage (the encoding running 0.33.0's step for every semantics) can change
+    an answer."""
+    stock = releases.get(V033).steps.last_token
+    return [n for n in gen.SEMANTICS if releases.get(n).steps.last_token is not stock]
+
+
+# the sabotages of one semantics' step: drawn from those semantics alone (the same seed),
+# so the generator reaches them at once instead of one draw in len(gen.SEMANTICS)
+DRAWN_FROM = {"cap-min": _last_token_differs}
+
+
 @pytest.mark.conformance
 @pytest.mark.parametrize("name", ["eagle-pop", "mamba-round-down", "load-cap-align",
                                   "cap-min"])
 def test_generator_catches_v033_sabotage(name: str) -> None:
-    assert _caught(sabotaged(name), 1500)
+    semantics = DRAWN_FROM[name]() if name in DRAWN_FROM else gen.SEMANTICS
+    assert semantics and _caught(sabotaged(name), 1500, semantics=semantics)
+
+
+def test_cap_min_is_drawn_from_its_semantics() -> None:
+    assert _last_token_differs() == [CAP_MIN]
 
 
 @pytest.mark.conformance
@@ -300,3 +320,34 @@ def test_sabotaged_model_v033_fails_conformance(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(lookup_chunked, "round_down", lambda x, a: x)
     with pytest.raises(AssertionError, match="hit: encoding"):
         conforms(s)
+
+
+# --- the encoding over ints (proofs.conformance_ints) answers as its Z3 terms do ---------
+
+
+def _outcome(s: Scenario, mod: ModuleType, over: str) -> object:
+    """``encode_scenario``'s answer, or the assertion it fails with."""
+    try:
+        return encode_scenario(s, mod, over=over)
+    except AssertionError as e:
+        return f"fails: {e}"
+
+
+@pytest.mark.parametrize("name", ["(none)", *sorted(ENCODING_SABOTAGES)])
+def test_the_encoding_over_ints_answers_as_over_z3(name: str) -> None:
+    """The conformance checks run the encoding's source over ints and bools; its Z3
+    terms, built and simplified, give the same answer (or the same failure) on every
+    witness and on generated scenarios, for the encoding and each sabotaged copy; each
+    sabotage changes the answer on its witness on both paths."""
+    mod = encoding_chunked if name == "(none)" else sabotaged(name)
+    # the Z3 path costs 0.1-0.3 s a scenario: a few drawn ones per copy (this is the
+    # default suite), every witness for the encoding itself
+    k = 6 if name == "(none)" else 1
+    drawn = [*scenarios(k, 2), *tail_scenarios(k, 2)]
+    items = [parse_scenario(w) for w in WITNESSES.values()] if name == "(none)" else [
+        parse_scenario(WITNESSES[name])]
+    for s in items + drawn:
+        assert _outcome(s, mod, "ints") == _outcome(s, mod, "z3"), s
+    if name != "(none)":
+        s = parse_scenario(WITNESSES[name])
+        assert _outcome(s, mod, "ints") != _outcome(s, encoding_chunked, "ints")

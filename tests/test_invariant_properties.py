@@ -3,7 +3,7 @@ keeps and breaks each invariant (the classes the proofs' preconditions name)."""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, find, given, settings
+from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from model.evaluate import evaluate
@@ -65,9 +65,12 @@ def test_0_23_0_keeps_the_other_three(s: Scenario) -> None:
 
 def _find(semantics: str, invariant: str, same_size: bool, mode: str | None = None,
           kinds: tuple[str, ...] | None = None) -> Scenario:
+    # the first violating example drawn, not shrunk: each assertion below holds for any
+    # violating example, and shrinking cost 1.3-5x the search (the same seeded search)
     return find(scenarios(semantics, same_size, mode, kinds=kinds),
                 lambda s: violated(s, invariant),
-                settings=settings(max_examples=20_000, database=None, derandomize=True))
+                settings=settings(max_examples=20_000, database=None, derandomize=True,
+                                  phases=[Phase.generate]))
 
 
 def test_0_23_0_breaks_no_partial_state() -> None:

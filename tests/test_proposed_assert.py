@@ -10,7 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from hypothesis import HealthCheck, assume, find, given, settings
+from hypothesis import HealthCheck, Phase, assume, find, given, settings
 from hypothesis import strategies as st
 from test_invariant_properties import scenarios
 
@@ -96,7 +96,10 @@ def test_fires_on_the_seed_on_0_23_0_only() -> None:
 
 def test_the_scenarios_reach_violations() -> None:
     """The property above is not vacuous: its scenarios do break no-partial-state."""
+    # the first such request drawn, not shrunk (the assertion holds for any; shrinking
+    # cost 4x the search)
     s = find(requests(), lambda s: evaluate(s, enforce=False).layout is not None
              and _breaks_no_partial_state(s),
-             settings=settings(max_examples=5000, database=None, derandomize=True))
+             settings=settings(max_examples=5000, database=None, derandomize=True,
+                               phases=[Phase.generate]))
     assert _fires(s, evaluate(s, enforce=False).hit_tokens)
