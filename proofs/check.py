@@ -516,6 +516,7 @@ class _Loop:
             hints={k: list(v) for k, v in e.hints.items()},
             memo=dict(e.memo),
             inst=dict(e.inst),
+            ground=dict(e.ground),
         )
 
 

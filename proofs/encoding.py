@@ -174,6 +174,11 @@ class Enc:
     memo: dict[tuple[str, int, int], tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef]] = field(
         default_factory=dict)
     inst: dict[Pred, list[tuple[int, z3.BoolRef, bool | None]]] = field(default_factory=dict)
+    # (a fact's index in ``facts``, the index term's id) -> the instance ``grounded`` built:
+    # a second grounding of a query over the same facts (a lemma query and its premises
+    # audit, proofs.layers_chunked) builds each instance once (the instance holds its
+    # index term, so the id stays that term's)
+    ground: dict[tuple[int, int], z3.BoolRef] = field(default_factory=dict)
 
     def fresh_int(self, name: str) -> z3.ArithRef:
         return z3.Int(f"{name}!{next(self.counter)}")
@@ -280,7 +285,9 @@ class Enc:
                         if (k, tid) in done:
                             continue
                         done.add((k, tid))
-                        inst = _instance(f, t, fast[k])
+                        inst = self.ground.get((k, tid))
+                        if inst is None:
+                            inst = self.ground[(k, tid)] = _instance(f, t, fast[k])
                         new.append(inst)
                         if self.rich or tid in hinted:
                             follow.append(inst)
