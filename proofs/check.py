@@ -517,6 +517,7 @@ class _Loop:
             memo=dict(e.memo),
             inst=dict(e.inst),
             ground=dict(e.ground),
+            ground_facts=dict(e.ground_facts),
         )
 
 
