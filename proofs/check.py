@@ -516,6 +516,8 @@ class _Loop:
             hints={k: list(v) for k, v in e.hints.items()},
             memo=dict(e.memo),
             inst=dict(e.inst),
+            ground=dict(e.ground),
+            ground_facts=dict(e.ground_facts),
         )
 
 

@@ -174,6 +174,14 @@ class Enc:
     memo: dict[tuple[str, int, int], tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef]] = field(
         default_factory=dict)
     inst: dict[Pred, list[tuple[int, z3.BoolRef, bool | None]]] = field(default_factory=dict)
+    # (a fact's index in ``facts``, the index term's id) -> the instance ``grounded`` built:
+    # a second grounding of a query over the same facts (a lemma query and its premises
+    # audit, proofs.layers_chunked) builds each instance once (the instance holds its
+    # index term, so the id stays that term's)
+    ground: dict[tuple[int, int], z3.BoolRef] = field(default_factory=dict)
+    # a fact's index in ``facts`` -> its witness clause and the store groups its body
+    # reads (``grounded``'s, built once per encoding)
+    ground_facts: dict[int, tuple[z3.BoolRef, set[str]]] = field(default_factory=dict)
 
     def fresh_int(self, name: str) -> z3.ArithRef:
         return z3.Int(f"{name}!{next(self.counter)}")
@@ -253,14 +261,17 @@ class Enc:
         instances bring (a Skolem gap inside a window, say)."""
         if self.bound is not None:
             return []
-        out: list[z3.BoolRef] = []
-        for f in self.facts:
-            out.append(z3.Or(f.handle, z3.And(f.lo <= f.witness, f.witness < f.hi,
-                                              z3.Not(f.body(f.witness)))))
+        for k, f in enumerate(self.facts):
+            if k not in self.ground_facts:
+                self.ground_facts[k] = (
+                    z3.Or(f.handle, z3.And(f.lo <= f.witness, f.witness < f.hi,
+                                           z3.Not(f.body(f.witness)))),
+                    _store_names(f.body(z3.Int("probe"))))
+        out: list[z3.BoolRef] = [self.ground_facts[k][0] for k in range(len(self.facts))]
         terms = _applied_indices(list(query) + out)
         for name, more in self.hints.items():
             terms.setdefault(name, []).extend(more)
-        names = [_store_names(f.body(z3.Int("probe"))) for f in self.facts]
+        names = [self.ground_facts[k][1] for k in range(len(self.facts))]
         if self.rich:
             for f, groups in zip(self.facts, names, strict=True):
                 for name in groups:  # a range's ends, as candidates
@@ -280,7 +291,9 @@ class Enc:
                         if (k, tid) in done:
                             continue
                         done.add((k, tid))
-                        inst = _instance(f, t, fast[k])
+                        inst = self.ground.get((k, tid))
+                        if inst is None:
+                            inst = self.ground[(k, tid)] = _instance(f, t, fast[k])
                         new.append(inst)
                         if self.rich or tid in hinted:
                             follow.append(inst)

@@ -215,23 +215,39 @@ def _ma(enc: Enc, d: turn_chunked.D, y: z3.ArithRef, name: str) -> z3.BoolRef:
 Pin = Callable[[turn_chunked.Cfg, State, turn_chunked.Step], list[z3.BoolRef]]
 
 
-def lemma_turn(
-    sem: Semantics,
-    assumed: Sequence[str],
-    name: str,
-    kind: str,
-    pin: Pin | None = None,
-    negated: bool = True,
-) -> list[z3.BoolRef]:
-    """A fact of ``proofs.lemmas_chunked`` about one turn of a group of ``kind``, from any
-    state (every flag, eagle_verified included, symbolic), on the exact encoding. Tests
-    ``pin`` the configuration, state or turn to a case (an unverified EAGLE group, say),
-    or leave the negated claim out (``negated``) to see the premises hold there."""
+@dataclass(frozen=True)
+class LemmaParts:
+    """A turn lemma's query (``lemma_turn``) before its store facts are grounded: the
+    premises (start-up, the preconditions), the division facts ``post`` takes, the negated
+    claim, the helpers' constraints (a snapshot of ``enc.cons``) and the terms a pin reads
+    (``cfg``, the state the turn starts from, the turn)."""
+
+    enc: Enc
+    premises: tuple[z3.BoolRef, ...]
+    helpers: tuple[z3.BoolRef, ...]
+    negation: z3.BoolRef
+    cons: tuple[z3.BoolRef, ...]
+    cfg: turn_chunked.Cfg
+    st: State | None
+    turn: turn_chunked.Step | None
+
+    def query(self, pinned: Sequence[z3.BoolRef] = (), negated: bool = True
+              ) -> list[z3.BoolRef]:
+        """The query ``lemma_turn`` builds: the premises, ``pinned`` (a pin's terms), the
+        division facts, the negated claim (``negated``), the helpers' constraints and the
+        store facts grounded on all of them (``_finish``: the same terms, in the same
+        order; an instance grounded before on ``enc`` is not built again)."""
+        assert len(self.enc.cons) == len(self.cons), "the helpers' constraints are fixed"
+        cons = [*self.premises, *pinned, *self.helpers,
+                *([self.negation] if negated else []), *self.cons]
+        return cons + self.enc.grounded(cons)
+
+
+def lemma_parts(sem: Semantics, assumed: Sequence[str], name: str, kind: str) -> LemmaParts:
+    """The parts of lemma ``name``'s query about a group of ``kind`` (``lemma_turn``)."""
     x = _setup(assumed, (kind,), sem.steps)
     st = fresh_state(x.enc, 1, "pre")
     _, t = turn_chunked.group_step(x.enc, x.cfg, x.d, sem, st, 0)
-    if pin is not None:
-        x.premises += pin(x.cfg, st, t)
     if name == "chunk-positive":
         claim = fact(name, x.d.tpc[0])
     elif name == "cut-on-chunk":  # the multiple, named: one of the turn's chunk counts
@@ -257,7 +273,56 @@ def lemma_turn(
     else:
         claim = fact(name, t)
     helpers = division_facts(x.enc, t.ends) if name == "post" else []
-    return _finish(x.enc, x.premises + helpers + ([z3.Not(claim)] if negated else []))
+    return LemmaParts(x.enc, tuple(x.premises), tuple(helpers), z3.Not(claim),
+                      tuple(x.enc.cons), x.cfg, st, t)
+
+
+# the lemma queries' parts built during one ``prove`` call (by what they are built from:
+# the semantics' name, the preconditions, the lemma, the kind): the premises audit and the
+# proof of the same call (``lemma_premises``, ``proof_lemma``; maximality's likewise) build
+# each once and ground their queries from them. Emptied when the call ends, so a query is
+# never built from code a test or a mutant has replaced since
+_PARTS: dict[tuple[object, ...], LemmaParts] = {}
+_PROVING: list[bool] = []  # non-empty while ``prove`` runs
+
+
+def kept(key: tuple[object, ...], build: Callable[[], LemmaParts]) -> LemmaParts:
+    """The parts under ``key`` built before in this ``prove`` call, else ``build()`` (kept
+    while a ``prove`` call runs)."""
+    got = _PARTS.get(key)
+    if got is None:
+        got = build()
+        if _PROVING:
+            _PARTS[key] = got
+    return got
+
+
+def _parts(sem: Semantics, assumed: Sequence[str], name: str, kind: str) -> LemmaParts:
+    return kept((sem.name, tuple(assumed), name, kind),
+                partial(lemma_parts, sem, assumed, name, kind))
+
+
+def lemma_turn(
+    sem: Semantics,
+    assumed: Sequence[str],
+    name: str,
+    kind: str,
+    pin: Pin | None = None,
+    negated: bool = True,
+) -> list[z3.BoolRef]:
+    """A fact of ``proofs.lemmas_chunked`` about one turn of a group of ``kind``, from any
+    state (every flag, eagle_verified included, symbolic), on the exact encoding. Tests
+    ``pin`` the configuration, state or turn to a case (an unverified EAGLE group, say),
+    or leave the negated claim out (``negated``) to see the premises hold there."""
+    x = lemma_parts(sem, assumed, name, kind)
+    assert x.st is not None and x.turn is not None
+    return x.query(() if pin is None else pin(x.cfg, x.st, x.turn), negated)
+
+
+def proof_lemma(sem: Semantics, assumed: Sequence[str], name: str, kind: str
+                ) -> list[z3.BoolRef]:
+    """``lemma_turn``'s query, from the parts this ``prove`` call built (``_parts``)."""
+    return _parts(sem, assumed, name, kind).query()
 
 
 # premise satisfiability of the lemma queries (issue 23): each lemma's premises (start-up,
@@ -276,13 +341,12 @@ def lemma_premises(sem: Semantics, assumed: Sequence[str], name: str, kind: str)
     cfg = turn_chunked.symbolic_config((kind,), steps=sem.steps)
     env = turn_chunked.symbolic_env()
 
-    def pin(c: turn_chunked.Cfg, st: State, t: turn_chunked.Step) -> list[z3.BoolRef]:
-        return premises_chunked.pins(p, c, env)
+    def build() -> list[z3.BoolRef]:  # lemma_turn's query, pinned, without its claim
+        x = _parts(sem, assumed, name, kind)
+        return x.query(premises_chunked.pins(p, x.cfg, env), negated=False)
 
     key = ("turn", sem.reround_mamba, sem.reround_rerun, sem.steps, name, kind)
-    return premises_chunked.holds(
-        partial(lemma_turn, sem, assumed, name, kind, pin, negated=False), key, p, sem, cfg,
-        env, assumed=assumed)
+    return premises_chunked.holds(build, key, p, sem, cfg, env, assumed=assumed)
 
 
 PREMISES = f"premises: {premises_chunked.WORDS}"
@@ -499,7 +563,7 @@ def proof_queries(thm: str, sem: Semantics, assumed: Sequence[str]) -> list[Quer
         for kind in (
             (turn_chunked.FA,) if name == "down" else turn_chunked.KINDS
         ):  # down: full attention's
-            out.append((f"lemma {name} ({kind})", partial(lemma_turn, sem, assumed, name, kind)))
+            out.append((f"lemma {name} ({kind})", partial(proof_lemma, sem, assumed, name, kind)))
     out.append((PREMISES, partial(premises_query, sem, assumed, names)))
     for name, q in loop:
         out.append((name, partial(list, q)))
@@ -531,6 +595,9 @@ _PROVED: set[tuple[object, ...]] = set()
 # again. Each key maps to the query itself: holding its terms keeps their ids from being
 # reused by other terms.
 _PROVED_TEXT: dict[tuple[int, ...], list[z3.BoolRef]] = {}
+# likewise the queries answered sat in this process (a refuted statement's layered proof
+# asked again by another check of the same process: the guard, the accepted layouts)
+_REFUTED_TEXT: dict[tuple[int, ...], list[z3.BoolRef]] = {}
 
 
 def query_key(q: Sequence[z3.BoolRef]) -> tuple[int, ...]:
@@ -548,10 +615,22 @@ def prove(
 ) -> tuple[str, str, float]:
     """('PROVED' | 'FAILED' | 'UNKNOWN', which query, seconds). A lemma proved once in
     this process (same semantics and preconditions) is not asked again."""
-    if thm == "maximality":  # proofs/maximality_layers_chunked.py
-        from proofs import maximality_layers_chunked
+    _PROVING.append(True)
+    try:
+        if thm == "maximality":  # proofs/maximality_layers_chunked.py
+            from proofs import maximality_layers_chunked
 
-        return maximality_layers_chunked.prove(sem, assumed, timeout_ms)
+            return maximality_layers_chunked.prove(sem, assumed, timeout_ms)
+        return _prove(thm, sem, assumed, timeout_ms)
+    finally:
+        _PROVING.pop()
+        if not _PROVING:
+            _PARTS.clear()
+
+
+def _prove(
+    thm: str, sem: Semantics, assumed: Sequence[str], timeout_ms: int
+) -> tuple[str, str, float]:
     t0 = time.monotonic()
     deadline = t0 + timeout_ms / 1000
     for name, build in proof_queries(thm, sem, assumed):
@@ -608,14 +687,18 @@ def ask_unsat(
     key = query_key(q)
     if key in _PROVED_TEXT:
         return None
-    left = int((deadline - time.monotonic()) * 1000)
-    if left <= 0:
-        return "UNKNOWN", f"{name}: out of time", time.monotonic() - t0
-    s = new_solver(name)
-    s.set("timeout", left)
-    s.add(*q)
-    res = memo.check(s, "z3.Solver", settings(name))  # answered once per run
+    if key in _REFUTED_TEXT:
+        res = z3.sat
+    else:
+        left = int((deadline - time.monotonic()) * 1000)
+        if left <= 0:
+            return "UNKNOWN", f"{name}: out of time", time.monotonic() - t0
+        s = new_solver(name)
+        s.set("timeout", left)
+        s.add(*q)
+        res = memo.check(s, "z3.Solver", settings(name))  # answered once per run
     if res == z3.sat:
+        _REFUTED_TEXT[key] = list(q)
         if name.startswith(LOCAL_TAIL):  # no precondition: never expected to fail
             import sys
 

@@ -286,6 +286,15 @@ def lemma_query(
     ``align`` (None: both) takes one case of whether the layout rounds to a Mamba align
     size (``proof_queries`` asks both for a Mamba group's keeps: under the round-down fix
     each is several times faster than the two at once)."""
+    x = lemma_parts(sem, pre, name, kind, align)
+    pinned = [] if pin is None or x.st is None or x.turn is None else pin(x.cfg, x.st, x.turn)
+    return x.query(pinned, negated)
+
+
+def lemma_parts(sem: Semantics, pre: Sequence[str], name: str, kind: str,
+                align: bool | None = None) -> layers_chunked.LemmaParts:
+    """The parts of ``lemma_query``'s query (``proofs.layers_chunked.LemmaParts``; a pin
+    goes in at the turn, which ``keeps`` alone has)."""
     enc, cfg, d, premises = _setup(pre, (kind,), sem.steps)
     h = z3.Int("valid_hit")
     c = cfg.computed + h
@@ -293,11 +302,11 @@ def lemma_query(
     if align is not None:
         premises.append(d.align_on if align else z3.Not(d.align_on))
     ends: tuple[z3.ArithRef, ...] = ()
+    st: State | None = None
+    t: turn_chunked.Step | None = None
     if name == "keeps":
         st = fresh_state(enc, 1, "pre")
         _, t = turn_chunked.group_step(enc, cfg, d, sem, st, 0)
-        if pin is not None:
-            premises += pin(cfg, st, t)
         # the run the lookup must find ends where the valid hit's chunks end: instantiate
         # the store facts there too (the scan's gap witnesses follow in a second round)
         lo, hi = needed(enc, cfg, d, 0, c)
@@ -311,7 +320,22 @@ def lemma_query(
     else:
         raise ValueError(f"maximality lemma {name!r}: unknown")
     helpers = monotone_instances(enc, ends, d.tpc[0])
-    return _finish(enc, premises + helpers + ([z3.Not(claim)] if negated else []))
+    return layers_chunked.LemmaParts(enc, tuple(premises), tuple(helpers), z3.Not(claim),
+                                     tuple(enc.cons), cfg, st, t)
+
+
+def _parts(sem: Semantics, pre: Sequence[str], name: str, kind: str,
+           align: bool | None = None) -> layers_chunked.LemmaParts:
+    """``lemma_parts``, kept for the rest of the ``prove`` call that runs
+    (``proofs.layers_chunked.kept``): the premises audit and the proof share them."""
+    return layers_chunked.kept(("maximality", sem.name, tuple(pre), name, kind, align),
+                               partial(lemma_parts, sem, pre, name, kind, align))
+
+
+def proof_lemma(sem: Semantics, pre: Sequence[str], name: str, kind: str,
+                align: bool | None = None) -> list[z3.BoolRef]:
+    """``lemma_query``'s query, from the parts this ``prove`` call built (``_parts``)."""
+    return _parts(sem, pre, name, kind, align).query()
 
 
 def _monotone(x: z3.ArithRef, y: z3.ArithRef, b: z3.ArithRef) -> z3.BoolRef:
@@ -493,19 +517,19 @@ def proof_queries(sem: Semantics, pre: Sequence[str]) -> list[layers_chunked.Que
             out.append(
                 (
                     f"lemma {name} ({kind})",
-                    partial(layers_chunked.lemma_turn, sem, base, name, kind),
+                    partial(layers_chunked.proof_lemma, sem, base, name, kind),
                 )
             )
     for name in assumed():
         for kind in turn_chunked.KINDS:
             if name != "keeps" or kind != turn_chunked.MAMBA:
-                out.append((f"lemma {name} ({kind})", partial(lemma_query, sem, pre, name, kind)))
+                out.append((f"lemma {name} ({kind})", partial(proof_lemma, sem, pre, name, kind)))
                 continue
             for align in (True, False):  # the two cases cover every layout
                 out.append(
                     (
                         f"lemma {name} ({kind}; Mamba align {'on' if align else 'off'})",
-                        partial(lemma_query, sem, pre, name, kind, align=align),
+                        partial(proof_lemma, sem, pre, name, kind, align=align),
                     )
                 )
     for name, q in loop:
@@ -538,10 +562,10 @@ def lemma_premises(sem: Semantics, pre: Sequence[str], name: str, kind: str,
         return premises_chunked.pins(p, c, env)
 
     def build() -> list[z3.BoolRef]:
-        q = lemma_query(sem, pre, name, kind, pin, negated=False, align=align)
+        x = _parts(sem, pre, name, kind, align)
         if name != "keeps":  # the pin goes in at the turn; these queries have none
-            q = q + premises_chunked.pins(p, cfg, env)
-        return q
+            return x.query(negated=False) + premises_chunked.pins(p, cfg, env)
+        return x.query(premises_chunked.pins(p, x.cfg, env), negated=False)
 
     key = ("maximality", sem.reround_mamba, sem.reround_rerun, sem.steps, name, kind, align)
     return premises_chunked.holds(build, key, p, sem, cfg, env, assumed=pre)

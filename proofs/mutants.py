@@ -368,6 +368,9 @@ def _forget_proofs() -> None:
     answers = sys.modules.get("model.answers_chunked")
     if answers is not None:
         answers._KEPT.clear()  # a store's answers built by the other code
+    pinned = sys.modules.get("proofs.pinned_chunked")
+    if pinned is not None:  # layouts bound to the other code's start-up and environment
+        pinned._DONE.clear()
     premises = sys.modules.get("proofs.premises_chunked")
     if premises is not None:  # premise checks replayed through the other model/
         premises._HELD.clear()
